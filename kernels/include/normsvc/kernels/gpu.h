@@ -1,0 +1,36 @@
+// GPU launchers. Only available when the project is built with CUDA
+// (NORMSVC_HAVE_CUDA). Every function checks every CUDA call and returns a
+// Status; none throws and none synchronizes the stream unless stated.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "normsvc/kernels/types.h"
+
+namespace normsvc::kernels {
+
+// Device memory a multi-segment launch needs for its segment table.
+// The caller owns it and may reuse it once the launch has finished on the
+// stream.
+std::size_t ForwardWorkspaceBytes(int segment_count);
+
+// Normalizes all segments (pointers are device pointers). Segments are grouped
+// by launch configuration, which depends only on (hidden, dtypes, op and
+// optional parts), never on row counts: a row's output bits do not depend on
+// what else is in the launch. Segments of one configuration go in one kernel
+// launch. `host_staging`, if not null, is pinned host memory of at least
+// ForwardWorkspaceBytes(count) used to upload the table asynchronously; it
+// must stay untouched until the stream reaches the launch. If null, the
+// table is copied from pageable memory (synchronous with the host).
+Status LaunchForward(const ForwardSegment* segments, int count, void* device_workspace,
+                     std::size_t workspace_bytes, void* host_staging, cudaStream_t stream);
+
+// Device memory LaunchBackward needs for its dgamma/dbeta partials.
+std::size_t BackwardWorkspaceBytes(int64_t rows, int64_t hidden);
+
+// Backward of one tensor. dgamma/dbeta are reduced in two deterministic
+// stages (per-block fp32 partials, then a column reduction): no atomics.
+Status LaunchBackward(const BackwardArgs& args, void* device_workspace,
+                      std::size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace normsvc::kernels

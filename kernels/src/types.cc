@@ -1,0 +1,121 @@
+#include "normsvc/kernels/types.h"
+
+#include <cmath>
+#include <string>
+
+namespace normsvc::kernels {
+namespace {
+
+bool IsKnownDType(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+}
+
+Status Invalid(std::string message) { return Status(Code::kInvalidArgument, std::move(message)); }
+
+Status CheckEpsilon(float epsilon) {
+  if (!std::isfinite(epsilon) || epsilon <= 0.0f) {
+    return Invalid("epsilon must be finite and > 0, got " + std::to_string(epsilon));
+  }
+  return Status::Ok();
+}
+
+Status CheckShape(int64_t rows, int64_t hidden) {
+  if (rows < 0) return Invalid("rows must be >= 0");
+  if (hidden < 1 || hidden > kMaxHidden) {
+    return Invalid("hidden size must be in [1, " + std::to_string(kMaxHidden) + "], got " +
+                   std::to_string(hidden));
+  }
+  return Status::Ok();
+}
+
+Status CheckStride(const char* name, int64_t stride, int64_t hidden) {
+  if (stride < hidden) {
+    return Invalid(std::string(name) + " row stride " + std::to_string(stride) +
+                   " is smaller than the hidden size " + std::to_string(hidden));
+  }
+  return Status::Ok();
+}
+
+Status CheckParamDType(DType param_dtype, DType x_dtype) {
+  if (param_dtype != DType::kF32 && param_dtype != x_dtype) {
+    return Invalid("gamma/beta dtype must be fp32 or the activation dtype");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "fp32";
+    case DType::kF16:
+      return "fp16";
+    case DType::kBF16:
+      return "bf16";
+  }
+  return "unknown";
+}
+
+const char* NormOpName(NormOp op) {
+  switch (op) {
+    case NormOp::kLayerNorm:
+      return "layer_norm";
+    case NormOp::kRmsNorm:
+      return "rms_norm";
+  }
+  return "unknown";
+}
+
+Status ValidateForwardSegment(const ForwardSegment& s) {
+  if (s.op != NormOp::kLayerNorm && s.op != NormOp::kRmsNorm) return Invalid("unknown op");
+  if (!IsKnownDType(s.x_dtype) || !IsKnownDType(s.out_dtype) || !IsKnownDType(s.param_dtype)) {
+    return Invalid("unknown dtype");
+  }
+  if (Status st = CheckEpsilon(s.epsilon); !st.ok()) return st;
+  if (Status st = CheckShape(s.rows, s.hidden); !st.ok()) return st;
+  if (Status st = CheckParamDType(s.param_dtype, s.x_dtype); !st.ok()) return st;
+  if (s.rows == 0) return Status::Ok();
+  if (s.x == nullptr || s.out == nullptr) return Invalid("x and out are required");
+  if (Status st = CheckStride("x", s.x_row_stride, s.hidden); !st.ok()) return st;
+  if (Status st = CheckStride("out", s.out_row_stride, s.hidden); !st.ok()) return st;
+  if (s.residual != nullptr) {
+    if (Status st = CheckStride("residual", s.residual_row_stride, s.hidden); !st.ok()) return st;
+  }
+  if (s.residual_out != nullptr) {
+    if (s.residual == nullptr) return Invalid("residual_out requires residual");
+    if (Status st = CheckStride("residual_out", s.residual_out_row_stride, s.hidden); !st.ok()) {
+      return st;
+    }
+  }
+  if (s.op == NormOp::kRmsNorm) {
+    if (s.beta != nullptr) return Invalid("RMSNorm takes no beta");
+    if (s.mean != nullptr) return Invalid("RMSNorm saves no mean");
+  }
+  return Status::Ok();
+}
+
+Status ValidateBackwardArgs(const BackwardArgs& a) {
+  if (a.op != NormOp::kLayerNorm && a.op != NormOp::kRmsNorm) return Invalid("unknown op");
+  if (!IsKnownDType(a.x_dtype) || !IsKnownDType(a.param_dtype)) return Invalid("unknown dtype");
+  if (Status st = CheckEpsilon(a.epsilon); !st.ok()) return st;
+  if (Status st = CheckShape(a.rows, a.hidden); !st.ok()) return st;
+  if (Status st = CheckParamDType(a.param_dtype, a.x_dtype); !st.ok()) return st;
+  if (a.op == NormOp::kRmsNorm) {
+    if (a.mean != nullptr) return Invalid("RMSNorm takes no saved mean");
+    if (a.dbeta != nullptr) return Invalid("RMSNorm has no dbeta");
+  }
+  if (a.op == NormOp::kLayerNorm && ((a.mean == nullptr) != (a.rstd == nullptr))) {
+    return Invalid("LayerNorm backward takes both saved mean and rstd, or neither");
+  }
+  if (a.rows == 0) return Status::Ok();
+  if (a.x == nullptr || a.dy == nullptr || a.dx == nullptr) {
+    return Invalid("x, dy and dx are required");
+  }
+  if (Status st = CheckStride("x", a.x_row_stride, a.hidden); !st.ok()) return st;
+  if (Status st = CheckStride("dy", a.dy_row_stride, a.hidden); !st.ok()) return st;
+  if (Status st = CheckStride("dx", a.dx_row_stride, a.hidden); !st.ok()) return st;
+  return Status::Ok();
+}
+
+}  // namespace normsvc::kernels
