@@ -22,3 +22,10 @@ if ((${#missing[@]})); then
 else
   echo "setup: all ${#wanted[@]} packages present"
 fi
+if [[ "${1:-}" == "--test" ]]; then
+  # Python test tools live in a virtual environment at .venv (Debian's
+  # system Python refuses pip installs).
+  root=$(cd "$here/.." && pwd)
+  [[ -x "$root/.venv/bin/python" ]] || python3 -m venv "$root/.venv"
+  "$root/.venv/bin/python" -m pip install -q --disable-pip-version-check -r "$root/tests/requirements.txt"
+fi
