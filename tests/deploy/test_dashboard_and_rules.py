@@ -115,3 +115,18 @@ def test_adapter_rules_read_known_series(rule):
              .replace("<<.LabelMatchers>>", 'pod="x"').replace("<<.Series>>", "x_series"))
     names = promql_names.series_names(query) - {"x_series"}
     assert names and names <= server_metrics.series_names(), names
+
+
+def test_prometheusrule_carries_the_rule_files_unchanged():
+    """prometheusrule.sh (for prometheus-operator) re-indents the rule files;
+    the groups it emits must equal theirs, value for value."""
+    import subprocess
+    out = subprocess.run(["bash", str(DEPLOY / "prometheus" / "prometheusrule.sh"), "monitoring-test"],
+                         capture_output=True, text=True, check=True, timeout=30,
+                         env={"PATH": "/usr/bin:/bin", "RULE_LABELS": "release: kps"}).stdout
+    rule = yaml.safe_load(out)
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["kind"] == "PrometheusRule"
+    assert rule["metadata"]["namespace"] == "monitoring-test"
+    assert rule["metadata"]["labels"]["release"] == "kps"
+    expected = [g for path in RULE_FILES for g in yaml.safe_load(path.read_text())["groups"]]
+    assert rule["spec"]["groups"] == expected

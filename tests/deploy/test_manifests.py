@@ -252,10 +252,17 @@ def test_autoscaler_metrics_are_served_by_the_adapter(overlay, monitoring):
         served[rule["name"]["as"]] = rule
     names = []
     for metric in hpa["spec"]["metrics"]:
+        if metric["type"] == "Resource":
+            assert metric["resource"]["name"] == "cpu"
+            assert 0 < metric["resource"]["target"]["averageUtilization"] <= 90
+            continue
         assert metric["type"] == "Pods"
         names.append(metric["pods"]["metric"]["name"])
         assert metric["pods"]["target"]["type"] == "AverageValue"
     assert sorted(names) == sorted(served)
+    # CPU utilization is relative to the request: there must be one.
+    _, container = container_of(objects)
+    assert container["resources"]["requests"]["cpu"]
 
 
 def test_disruption_budget(overlay):
