@@ -61,6 +61,7 @@ def wait_until(predicate, timeout_s, what, interval_s=0.2):
 def generate_stubs(out_dir):
     from grpc_tools import protoc
     proto_root = REPO / "proto"
+    out_dir.mkdir(parents=True, exist_ok=True)
     rc = protoc.main(["grpc_tools.protoc", f"-I{proto_root}", f"--python_out={out_dir}",
                       f"--grpc_python_out={out_dir}", str(proto_root / "normsvc/v1/normalizer.proto")])
     assert rc == 0, "protoc failed on proto/normsvc/v1/normalizer.proto"
