@@ -203,7 +203,20 @@ def test_runtime_packages_cover_the_binary():
         if soname.startswith("libcudart.so"):
             assert "cuda-cudart-" in runs
             continue
-        owner = subprocess.run(["dpkg", "-S", os.path.realpath(path)], capture_output=True, text=True)
-        assert owner.returncode == 0, f"{soname} ({path}) belongs to no Debian package"
-        package = owner.stdout.split(":")[0]
+        package = owning_package(path)
+        assert package, f"{soname} ({path}) belongs to no Debian package"
         assert package in closure, f"{soname} comes from {package}, which the runtime stage lacks"
+
+
+def owning_package(path):
+    """The Debian package that installed a library, trying the spellings
+    dpkg may have recorded (/lib and /usr/lib are one directory on Debian 12)."""
+    real = os.path.realpath(path)
+    candidates = []
+    for p in (path, real, os.path.join(os.path.dirname(path), os.path.basename(real))):
+        candidates += [p, p[4:] if p.startswith("/usr/") else "/usr" + p]
+    for candidate in candidates:
+        owner = subprocess.run(["dpkg", "-S", candidate], capture_output=True, text=True)
+        if owner.returncode == 0:
+            return owner.stdout.split(":")[0]
+    return None
