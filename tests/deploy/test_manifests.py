@@ -289,3 +289,31 @@ def test_network_policy(overlay):
                               "podSelector": {"matchLabels": {"normsvc/client": "true"}}}]
     assert rules["metrics"] == [{"namespaceSelector": {"matchLabels": {
         "kubernetes.io/metadata.name": "monitoring"}}}]
+
+
+def quantity(text):
+    """A Kubernetes quantity as a float (the suffixes the HPA targets use)."""
+    text = str(text)
+    for suffix, scale in (("n", 1e-9), ("u", 1e-6), ("m", 1e-3), ("k", 1e3)):
+        if text.endswith(suffix):
+            return float(text[:-len(suffix)]) * scale
+    return float(text)
+
+
+def test_autoscaling_targets_follow_the_batching_settings(overlay):
+    """deploy/README.md: pending rows per pod = one full batch per GPU; the
+    queue-wait target lies above the batching delay plus one GPU batch."""
+    name, objects = overlay
+    settings = config_of(objects)
+    _, container = container_of(objects)
+    gpus = int(container["resources"]["limits"].get("nvidia.com/gpu", 1))
+    targets = {m["pods"]["metric"]["name"]: quantity(m["pods"]["target"]["averageValue"])
+               for m in one(objects, "HorizontalPodAutoscaler")["spec"]["metrics"] if m["type"] == "Pods"}
+    assert targets["normsvc_pending_rows_avg1m"] == int(settings["NORMSVC_MAX_BATCH_ROWS"]) * gpus
+    delay_s = int(settings["NORMSVC_MAX_QUEUE_DELAY_US"]) * 1e-6
+    # H200: a full batch crosses PCIe twice at about 55 GB/s.
+    batch_s = 2 * int(settings["NORMSVC_MAX_BATCH_BYTES"]) / 55e9
+    wait = targets["normsvc_queue_wait_seconds_p99"]
+    assert delay_s + batch_s < wait <= delay_s + 4 * int(settings["NORMSVC_BATCHES_IN_FLIGHT"]) * batch_s \
+        or name == "cpu", (wait, delay_s, batch_s)
+    assert wait > delay_s
