@@ -1,0 +1,564 @@
+#include "engine.h"
+
+#include <algorithm>
+#include <array>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "normsvc/v1/normalizer.grpc.pb.h"
+#include "verify.h"
+
+namespace normsvc::normload {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kCodeCount = 17;
+
+struct PhaseCounters {
+  std::atomic<uint64_t> ok{0};
+  std::atomic<uint64_t> errors{0};
+  std::array<std::atomic<uint64_t>, kCodeCount> errors_by_code{};
+  std::array<std::atomic<uint64_t>, kMethodCount> method_ok{};
+  std::array<std::atomic<uint64_t>, kMethodCount> method_errors{};
+  std::atomic<uint64_t> rows{0};
+  std::atomic<uint64_t> bytes_sent{0};
+  std::atomic<uint64_t> bytes_received{0};
+  std::atomic<uint64_t> verified{0};
+  std::atomic<uint64_t> verify_failures{0};
+  LatencyHistogram latency;
+
+  PhaseResult Take() {
+    PhaseResult result;
+    result.ok = ok.load();
+    result.errors = errors.load();
+    for (int i = 0; i < kCodeCount; ++i) result.errors_by_code[i] = errors_by_code[i].load();
+    for (int i = 0; i < kMethodCount; ++i) {
+      result.method_ok[i] = method_ok[i].load();
+      result.method_errors[i] = method_errors[i].load();
+    }
+    result.rows = rows.load();
+    result.bytes_sent = bytes_sent.load();
+    result.bytes_received = bytes_received.load();
+    result.verified = verified.load();
+    result.verify_failures = verify_failures.load();
+    result.latency = latency.Take(false);
+    return result;
+  }
+};
+
+class Engine;
+class StreamConnection;
+
+// One request in flight at a time. Owned by the engine; never moves.
+struct Slot {
+  int index = 0;
+  int channel = 0;
+  int sender = 0;  // open loop: the sender thread whose free list it returns to
+  uint64_t rng = 0;
+  int kind = 0;
+  int variant = 0;
+  Clock::time_point start;
+  bool measured = false;
+  std::optional<grpc::ClientContext> context;
+  v1::NormalizeResponse forward_response;
+  v1::NormalizeBackwardResponse backward_response;
+  // Stream requests carry the slot's index as request_id, so each slot
+  // keeps its own copy of the last request it streamed.
+  v1::NormalizeRequest stream_request;
+  int cached_kind = -1;
+  int cached_variant = -1;
+  StreamConnection* stream = nullptr;  // set while waiting on a stream
+};
+
+uint64_t NextRandom(uint64_t& state) {  // xorshift64*
+  state ^= state >> 12;
+  state ^= state << 25;
+  state ^= state >> 27;
+  return state * 0x2545F4914F6CDD1DULL;
+}
+
+class StreamConnection
+    : public grpc::ClientBidiReactor<v1::NormalizeRequest, v1::NormalizeStreamResponse> {
+ public:
+  StreamConnection(Engine* engine, v1::Normalizer::Stub* stub) : engine_(engine) {
+    stub->async()->NormalizeStream(&context_, this);
+    StartRead(&response_);
+    StartCall();
+  }
+
+  // Queues the slot's stream_request; false when the stream has ended.
+  bool Send(Slot* slot) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (done_ || broken_ || closing_) return false;
+    slot->stream = this;
+    queue_.push_back(slot);
+    if (!writing_) StartNextLocked();
+    return true;
+  }
+
+  // Half-closes once queued writes are out, then waits for the end.
+  void Close(std::chrono::milliseconds cancel_after) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    closing_ = true;
+    if (!writing_) StartNextLocked();
+    if (!done_cv_.wait_for(lock, cancel_after, [this] { return done_; })) {
+      context_.TryCancel();
+      done_cv_.wait(lock, [this] { return done_; });
+    }
+  }
+  void Cancel() { context_.TryCancel(); }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.pop_front();
+    writing_ = false;
+    if (!ok) {
+      broken_ = true;
+      return;
+    }
+    StartNextLocked();
+  }
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+ private:
+  void StartNextLocked() {
+    if (!queue_.empty()) {
+      writing_ = true;
+      StartWrite(&queue_.front()->stream_request);
+    } else if (closing_ && !writes_done_) {
+      writes_done_ = true;
+      StartWritesDone();
+    }
+  }
+
+  Engine* engine_;
+  grpc::ClientContext context_;
+  v1::NormalizeStreamResponse response_;
+  std::mutex mutex_;
+  std::condition_variable done_cv_;
+  std::deque<Slot*> queue_;  // front is being written while writing_
+  bool writing_ = false;
+  bool closing_ = false;
+  bool writes_done_ = false;
+  bool broken_ = false;
+  bool done_ = false;
+};
+
+struct SenderState {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<Slot*> free;
+};
+
+class Engine {
+ public:
+  Engine(const EngineOptions& options, const std::vector<PreparedKind>& kinds,
+         const std::vector<std::shared_ptr<grpc::Channel>>& channels);
+  RunResult Run();
+
+  void OnUnaryDone(Slot* slot, const grpc::Status& status);
+  void OnStreamResponse(const v1::NormalizeStreamResponse& response);
+  void OnStreamEnded(StreamConnection* stream, const grpc::Status& status);
+
+ private:
+  void Issue(Slot* slot);  // closed loop: next request of a slot, or retire it
+  void Start(Slot* slot);  // picks a kind and sends; slot->start is set
+  void Complete(Slot* slot, int method, grpc::StatusCode code, const std::string& message,
+                uint64_t bytes_received, const std::string& verify_error);
+  void AfterCompletion(Slot* slot);
+  void SenderLoop(int sender);
+  void ServiceDeferred();
+  void PrintProgress(double elapsed_s);
+  bool Drained() const;
+
+  EngineOptions options_;
+  const std::vector<PreparedKind>& kinds_;
+  std::vector<std::unique_ptr<v1::Normalizer::Stub>> stubs_;
+  std::vector<std::unique_ptr<StreamConnection>> streams_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<int> kind_table_;  // 4096 entries, kinds by weight
+  std::vector<std::unique_ptr<SenderState>> senders_;
+  Clock::time_point begin_, measure_start_, end_;
+
+  PhaseCounters warmup_, measured_;
+  std::atomic<uint64_t> interval_ok_{0}, interval_errors_{0};
+  LatencyHistogram interval_latency_;
+  std::atomic<int> in_flight_{0};
+  std::atomic<int> retired_{0};
+  std::atomic<int64_t> max_lag_ns_{0};
+  std::atomic<uint64_t> late_sends_{0};
+  std::mutex note_mutex_;
+  std::string first_verify_failure_, first_error_;
+  std::mutex deferred_mutex_;
+  std::vector<Slot*> deferred_;
+};
+
+thread_local int issue_depth = 0;
+
+void StreamConnection::OnReadDone(bool ok) {
+  if (!ok) return;
+  engine_->OnStreamResponse(response_);
+  StartRead(&response_);
+}
+
+void StreamConnection::OnDone(const grpc::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
+  }
+  engine_->OnStreamEnded(this, status);
+  std::lock_guard<std::mutex> lock(mutex_);
+  done_cv_.notify_all();
+}
+
+Engine::Engine(const EngineOptions& options, const std::vector<PreparedKind>& kinds,
+               const std::vector<std::shared_ptr<grpc::Channel>>& channels)
+    : options_(options), kinds_(kinds) {
+  for (const auto& channel : channels) stubs_.push_back(v1::Normalizer::NewStub(channel));
+  double total_weight = 0;
+  for (const PreparedKind& kind : kinds_) total_weight += kind.kind.weight;
+  double cumulative = 0;
+  size_t next = 0;
+  for (size_t k = 0; k < kinds_.size(); ++k) {
+    cumulative += kinds_[k].kind.weight;
+    const size_t until = k + 1 == kinds_.size() ? 4096 : static_cast<size_t>(4096 * cumulative / total_weight);
+    for (; next < until; ++next) kind_table_.push_back(static_cast<int>(k));
+  }
+  const int slot_count = options_.mode == LoopMode::kClosed ? options_.concurrency : options_.max_in_flight;
+  const int senders = options_.mode == LoopMode::kOpen ? std::max(1, options_.sender_threads) : 0;
+  for (int s = 0; s < senders; ++s) senders_.push_back(std::make_unique<SenderState>());
+  for (int i = 0; i < slot_count; ++i) {
+    auto slot = std::make_unique<Slot>();
+    slot->index = i;
+    slot->channel = i % static_cast<int>(stubs_.size());
+    slot->rng = options_.seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(i) * 7919 + 1;
+    if (senders > 0) {
+      slot->sender = i % senders;
+      senders_[slot->sender]->free.push_back(slot.get());
+    }
+    slots_.push_back(std::move(slot));
+  }
+  bool any_stream = false;
+  for (const PreparedKind& kind : kinds_) any_stream |= kind.kind.transport == Transport::kStream;
+  if (any_stream) {
+    for (auto& stub : stubs_) {
+      for (int s = 0; s < std::max(1, options_.streams_per_channel); ++s) {
+        streams_.push_back(std::make_unique<StreamConnection>(this, stub.get()));
+      }
+    }
+  }
+}
+
+void Engine::Issue(Slot* slot) {
+  const Clock::time_point now = Clock::now();
+  if (now >= end_) {
+    retired_.fetch_add(1);
+    return;
+  }
+  slot->start = now;
+  Start(slot);
+}
+
+void Engine::Start(Slot* slot) {
+  slot->measured = slot->start >= measure_start_;
+  slot->kind = kind_table_[NextRandom(slot->rng) % kind_table_.size()];
+  const PreparedKind& kind = kinds_[slot->kind];
+  slot->variant = static_cast<int>(NextRandom(slot->rng) % kind.variants.size());
+  const Variant& variant = kind.variants[slot->variant];
+  in_flight_.fetch_add(1, std::memory_order_relaxed);
+  if (kind.kind.transport == Transport::kStream) {
+    if (slot->cached_kind != slot->kind || slot->cached_variant != slot->variant) {
+      slot->stream_request = variant.forward;
+      slot->cached_kind = slot->kind;
+      slot->cached_variant = slot->variant;
+    }
+    slot->stream_request.set_request_id(static_cast<uint64_t>(slot->index));
+    const int per_channel = std::max(1, options_.streams_per_channel);
+    StreamConnection* stream =
+        streams_[slot->channel * per_channel + slot->index / static_cast<int>(stubs_.size()) % per_channel].get();
+    if (!stream->Send(slot)) {
+      Complete(slot, kMethodNormalizeStream, grpc::StatusCode::UNAVAILABLE, "stream ended", 0, "");
+      // A broken stream takes its slots out of the loop instead of spinning.
+      in_flight_.fetch_sub(1);
+      if (options_.mode == LoopMode::kClosed) {
+        retired_.fetch_add(1);
+      } else {
+        AfterCompletion(slot);
+      }
+    }
+    return;
+  }
+  slot->context.emplace();
+  slot->context->set_deadline(std::chrono::system_clock::now() +
+                              std::chrono::milliseconds(options_.deadline_ms));
+  v1::Normalizer::Stub::async_interface* async = stubs_[slot->channel]->async();
+  if (kind.kind.method == Method::kForward) {
+    async->Normalize(&*slot->context, &variant.forward, &slot->forward_response,
+                     [this, slot](grpc::Status status) { OnUnaryDone(slot, status); });
+  } else {
+    async->NormalizeBackward(&*slot->context, &variant.backward, &slot->backward_response,
+                             [this, slot](grpc::Status status) { OnUnaryDone(slot, status); });
+  }
+}
+
+void Engine::OnUnaryDone(Slot* slot, const grpc::Status& status) {
+  const PreparedKind& kind = kinds_[slot->kind];
+  const Variant& variant = kind.variants[slot->variant];
+  std::string verify_error;
+  uint64_t bytes = 0;
+  int method = kMethodNormalize;
+  if (kind.kind.method == Method::kForward) {
+    const v1::NormalizeResponse& r = slot->forward_response;
+    if (status.ok()) {
+      bytes = r.output().data().size() + r.residual_sum().data().size() + r.mean().data().size() +
+              r.rstd().data().size();
+      if (options_.verify) verify_error = CheckForwardResponse(kind, variant, r, options_.echo);
+    }
+  } else {
+    method = kMethodBackward;
+    const v1::NormalizeBackwardResponse& r = slot->backward_response;
+    if (status.ok()) {
+      bytes = r.grad_input().data().size() + r.grad_gamma().data().size() +
+              r.grad_beta().data().size();
+      if (options_.verify) verify_error = CheckBackwardResponse(kind, variant, r);
+    }
+  }
+  Complete(slot, method, status.error_code(), status.error_message(), bytes, verify_error);
+  in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  AfterCompletion(slot);
+}
+
+void Engine::OnStreamResponse(const v1::NormalizeStreamResponse& response) {
+  if (response.request_id() >= slots_.size()) return;  // not ours: ignored
+  Slot* slot = slots_[response.request_id()].get();
+  slot->stream = nullptr;
+  if (response.has_error()) {
+    const int code = std::clamp(response.error().code(), 1, kCodeCount - 1);
+    Complete(slot, kMethodNormalizeStream, static_cast<grpc::StatusCode>(code),
+             response.error().message(), 0, "");
+  } else {
+    const PreparedKind& kind = kinds_[slot->kind];
+    const v1::NormalizeResponse& r = response.response();
+    const uint64_t bytes = r.output().data().size() + r.residual_sum().data().size() +
+                           r.mean().data().size() + r.rstd().data().size();
+    std::string verify_error;
+    if (options_.verify) {
+      verify_error = CheckForwardResponse(kind, kind.variants[slot->variant], r, options_.echo);
+    }
+    Complete(slot, kMethodNormalizeStream, grpc::StatusCode::OK, "", bytes, verify_error);
+  }
+  in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  AfterCompletion(slot);
+}
+
+void Engine::OnStreamEnded(StreamConnection* stream, const grpc::Status& status) {
+  // Requests still waiting on this stream will never be answered.
+  for (auto& slot : slots_) {
+    if (slot->stream != stream) continue;
+    slot->stream = nullptr;
+    const grpc::StatusCode code = status.ok() ? grpc::StatusCode::INTERNAL : status.error_code();
+    Complete(slot.get(), kMethodNormalizeStream, code,
+             status.ok() ? "stream ended before answering" : status.error_message(), 0, "");
+    in_flight_.fetch_sub(1);
+    if (options_.mode == LoopMode::kClosed) {
+      retired_.fetch_add(1);
+    } else {
+      AfterCompletion(slot.get());
+    }
+  }
+}
+
+void Engine::Complete(Slot* slot, int method, grpc::StatusCode code, const std::string& message,
+                      uint64_t bytes_received, const std::string& verify_error) {
+  PhaseCounters& phase = slot->measured ? measured_ : warmup_;
+  const Clock::time_point now = Clock::now();
+  if (code == grpc::StatusCode::OK) {
+    const uint64_t nanos =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now - slot->start).count();
+    const PreparedKind& kind = kinds_[slot->kind];
+    phase.ok.fetch_add(1, std::memory_order_relaxed);
+    phase.method_ok[method].fetch_add(1, std::memory_order_relaxed);
+    phase.rows.fetch_add(kind.kind.rows, std::memory_order_relaxed);
+    phase.bytes_sent.fetch_add(kind.variants[slot->variant].request_bytes, std::memory_order_relaxed);
+    phase.bytes_received.fetch_add(bytes_received, std::memory_order_relaxed);
+    phase.latency.Record(nanos);
+    interval_latency_.Record(nanos);
+    interval_ok_.fetch_add(1, std::memory_order_relaxed);
+    if (options_.verify) {
+      if (verify_error.empty()) {
+        phase.verified.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        phase.verify_failures.fetch_add(1, std::memory_order_relaxed);
+        std::lock_guard<std::mutex> lock(note_mutex_);
+        if (first_verify_failure_.empty()) {
+          first_verify_failure_ = absl::StrCat(DescribeKind(kinds_[slot->kind].kind), ": ", verify_error);
+        }
+      }
+    }
+  } else {
+    const int index = std::clamp(static_cast<int>(code), 0, kCodeCount - 1);
+    phase.errors.fetch_add(1, std::memory_order_relaxed);
+    phase.errors_by_code[index].fetch_add(1, std::memory_order_relaxed);
+    phase.method_errors[method].fetch_add(1, std::memory_order_relaxed);
+    interval_errors_.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(note_mutex_);
+    if (first_error_.empty()) first_error_ = absl::StrCat("code ", index, ": ", message);
+  }
+}
+
+void Engine::AfterCompletion(Slot* slot) {
+  if (options_.mode == LoopMode::kOpen) {
+    SenderState& sender = *senders_[slot->sender];
+    std::lock_guard<std::mutex> lock(sender.mutex);
+    sender.free.push_back(slot);
+    sender.cv.notify_one();
+    return;
+  }
+  // A call that fails at once may complete inline; bound the recursion by
+  // handing deep re-issues to the main thread.
+  if (issue_depth >= 4) {
+    std::lock_guard<std::mutex> lock(deferred_mutex_);
+    deferred_.push_back(slot);
+    return;
+  }
+  ++issue_depth;
+  Issue(slot);
+  --issue_depth;
+}
+
+void Engine::ServiceDeferred() {
+  std::vector<Slot*> ready;
+  {
+    std::lock_guard<std::mutex> lock(deferred_mutex_);
+    ready.swap(deferred_);
+  }
+  for (Slot* slot : ready) Issue(slot);
+}
+
+void Engine::SenderLoop(int index) {
+  SenderState& sender = *senders_[index];
+  std::mt19937_64 rng(options_.seed * 1000003 + index);
+  std::exponential_distribution<double> gap(options_.rate / senders_.size());
+  Clock::time_point next = begin_;
+  while (true) {
+    next += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(rng)));
+    if (next >= end_) break;
+    Clock::time_point now = Clock::now();
+    if (next - now > std::chrono::microseconds(150)) {
+      std::this_thread::sleep_until(next - std::chrono::microseconds(80));
+    }
+    while (Clock::now() < next) std::this_thread::yield();
+    Slot* slot = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(sender.mutex);
+      sender.cv.wait(lock, [&] { return !sender.free.empty(); });
+      slot = sender.free.back();
+      sender.free.pop_back();
+    }
+    const int64_t lag = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - next).count();
+    if (lag > 1000000) late_sends_.fetch_add(1, std::memory_order_relaxed);
+    int64_t seen = max_lag_ns_.load(std::memory_order_relaxed);
+    while (lag > seen && !max_lag_ns_.compare_exchange_weak(seen, lag)) {
+    }
+    slot->start = next;
+    Start(slot);
+  }
+}
+
+bool Engine::Drained() const {
+  if (options_.mode == LoopMode::kClosed) return retired_.load() == static_cast<int>(slots_.size());
+  return in_flight_.load() == 0;
+}
+
+void Engine::PrintProgress(double elapsed_s) {
+  const HistogramSnapshot latency = interval_latency_.Take(true);
+  const uint64_t ok = interval_ok_.exchange(0);
+  const uint64_t errors = interval_errors_.exchange(0);
+  const double warmup = options_.warmup_s;
+  std::fprintf(stderr, "[%6.1fs] %-7s %9llu req/s  p50 %8.3f ms  p99 %8.3f ms  errors %llu  in flight %d\n",
+               elapsed_s, elapsed_s <= warmup + 1e-3 ? "warm-up" : "measure",
+               static_cast<unsigned long long>(ok), latency.Percentile(0.5) / 1e6,
+               latency.Percentile(0.99) / 1e6, static_cast<unsigned long long>(errors),
+               in_flight_.load());
+}
+
+RunResult Engine::Run() {
+  begin_ = Clock::now();
+  measure_start_ = begin_ + std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double>(options_.warmup_s));
+  end_ = measure_start_ + std::chrono::duration_cast<Clock::duration>(
+                              std::chrono::duration<double>(options_.duration_s));
+  std::vector<std::thread> senders;
+  if (options_.mode == LoopMode::kClosed) {
+    for (auto& slot : slots_) Issue(slot.get());
+  } else {
+    for (size_t s = 0; s < senders_.size(); ++s) senders.emplace_back([this, s] { SenderLoop(static_cast<int>(s)); });
+  }
+  Clock::time_point next_progress = begin_ + std::chrono::seconds(1);
+  while (Clock::now() < end_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ServiceDeferred();
+    const Clock::time_point now = Clock::now();
+    if (now >= next_progress) {
+      if (options_.progress) PrintProgress(std::chrono::duration<double>(now - begin_).count());
+      next_progress += std::chrono::seconds(1);
+    }
+  }
+  for (std::thread& sender : senders) sender.join();
+  // Drain: unary calls end by their deadline; streams are cancelled after it.
+  const Clock::time_point give_up = Clock::now() + std::chrono::milliseconds(options_.deadline_ms) +
+                                    std::chrono::seconds(2);
+  while (!Drained() && Clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ServiceDeferred();
+  }
+  RunResult result;
+  if (!Drained()) {
+    result.abandoned = options_.mode == LoopMode::kClosed
+                           ? slots_.size() - static_cast<size_t>(retired_.load())
+                           : static_cast<size_t>(in_flight_.load());
+    for (auto& stream : streams_) stream->Cancel();
+    while (!Drained()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      ServiceDeferred();
+    }
+  }
+  for (auto& stream : streams_) stream->Close(std::chrono::milliseconds(2000));
+  streams_.clear();
+  result.warmup = warmup_.Take();
+  result.measured = measured_.Take();
+  result.measured_seconds = options_.duration_s;
+  result.max_send_lag_s = max_lag_ns_.load() / 1e9;
+  result.late_sends = late_sends_.load();
+  result.first_verify_failure = first_verify_failure_;
+  result.first_error = first_error_;
+  return result;
+}
+
+}  // namespace
+
+const char* MethodName(int method) {
+  switch (method) {
+    case kMethodNormalize:
+      return "Normalize";
+    case kMethodNormalizeStream:
+      return "NormalizeStream";
+    default:
+      return "NormalizeBackward";
+  }
+}
+
+RunResult RunLoad(const EngineOptions& options, const std::vector<PreparedKind>& kinds,
+                  const std::vector<std::shared_ptr<grpc::Channel>>& channels) {
+  Engine engine(options, kinds, channels);
+  return engine.Run();
+}
+
+}  // namespace normsvc::normload

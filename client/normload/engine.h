@@ -1,0 +1,83 @@
+// The load engine: drives prepared requests over several channels with the
+// gRPC callback API, closed loop (a fixed number of requests in flight) or
+// open loop (Poisson arrivals at a target rate), and counts what comes back.
+//
+// Efficiency: requests are built once (workload.h) and sent by pointer;
+// each in-flight slot owns its response message, reused across calls, so a
+// request costs one ClientContext and no payload allocation. Completions
+// run on gRPC's threads and issue the slot's next request directly.
+//
+// Timing: every latency is measured from the request's intended send time:
+// in the open loop that is its scheduled arrival, so a server (or client)
+// that falls behind shows up as latency instead of as fewer requests.
+// Requests belong to the phase (warm-up or measurement) of their send time.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/channel.h>
+
+#include "histogram.h"
+#include "workload.h"
+
+namespace normsvc::normload {
+
+enum class LoopMode { kClosed, kOpen };
+
+struct EngineOptions {
+  LoopMode mode = LoopMode::kClosed;
+  int concurrency = 64;          // closed loop: requests in flight
+  double rate = 1000;            // open loop: requests per second
+  int max_in_flight = 4096;      // open loop: in-flight cap (then sends wait)
+  int sender_threads = 2;        // open loop: threads scheduling arrivals
+  int streams_per_channel = 1;   // NormalizeStream calls per channel (stream kinds)
+  double warmup_s = 2;
+  double duration_s = 10;
+  int64_t deadline_ms = 10000;   // per unary call
+  bool verify = false;
+  bool echo = false;
+  bool progress = true;          // a line per second on stderr
+  uint64_t seed = 1;
+};
+
+// Methods counted separately (the server's metrics label them so).
+enum MethodIndex { kMethodNormalize = 0, kMethodNormalizeStream = 1, kMethodBackward = 2, kMethodCount = 3 };
+const char* MethodName(int method);
+
+// Counts of one phase, copied out of the engine.
+struct PhaseResult {
+  uint64_t ok = 0;
+  uint64_t errors = 0;
+  uint64_t errors_by_code[17] = {};
+  uint64_t method_ok[kMethodCount] = {};
+  uint64_t method_errors[kMethodCount] = {};
+  uint64_t rows = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t verified = 0;
+  uint64_t verify_failures = 0;
+  HistogramSnapshot latency;  // OK requests, nanoseconds
+};
+
+struct RunResult {
+  PhaseResult warmup;
+  PhaseResult measured;
+  double measured_seconds = 0;   // length of the measurement window
+  double max_send_lag_s = 0;     // open loop: worst lateness of an actual send
+  uint64_t late_sends = 0;       // open loop: sends more than 1 ms behind schedule
+  uint64_t abandoned = 0;        // requests cancelled after the drain timeout
+  std::string first_verify_failure;
+  std::string first_error;       // "CODE: message" of the first failed request
+};
+
+// Runs one load: warm-up, measurement, then waits for every request in
+// flight. `channels` are used round-robin by the slots.
+RunResult RunLoad(const EngineOptions& options, const std::vector<PreparedKind>& kinds,
+                  const std::vector<std::shared_ptr<grpc::Channel>>& channels);
+
+}  // namespace normsvc::normload
