@@ -1,0 +1,208 @@
+#include "server/batcher.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace normsvc::server {
+
+Batcher::Batcher(BatcherOptions options, MemoryBudget* budget, const DeviceMetrics& metrics,
+                 const RejectionMetrics& rejections, Clock clock)
+    : options_(options),
+      budget_(budget),
+      metrics_(metrics),
+      rejections_(rejections),
+      clock_(std::move(clock)) {}
+
+Batcher::~Batcher() {
+  std::vector<std::unique_ptr<Task>> left;
+  {
+    absl::MutexLock lock(&mutex_);
+    while (!queue_.empty()) left.push_back(PopLocked());
+  }
+  for (auto& task : left) Finish(std::move(task), absl::UnavailableError("server is stopping"));
+}
+
+absl::Status Batcher::Schedule(std::unique_ptr<Task>& task) {
+  const absl::Time now = clock_();
+  if (task->deadline <= now) {
+    rejections_.deadline_exceeded->Increment();
+    return absl::DeadlineExceededError("the deadline passed before the request was queued");
+  }
+  absl::MutexLock lock(&mutex_);
+  if (closed_) return absl::UnavailableError("server is shutting down");
+  if (static_cast<int64_t>(queue_.size()) >= options_.max_queue_size) {
+    rejections_.queue_full->Increment();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "queue full: ", queue_.size(), " requests queued (--max_queue_size); retry later"));
+  }
+  if (budget_ != nullptr && !budget_->TryAcquire(task->memory_bytes())) {
+    rejections_.queue_full->Increment();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("server memory budget spent: ", budget_->used(), " of ", budget_->limit(),
+                     " bytes held by accepted requests (--max_queued_bytes); retry later"));
+  }
+  task->enqueued_at = now;
+  queued_rows_ += task->rows;
+  queued_bytes_ += task->input_bytes;
+  queued_staging_ += task->staging_bytes;
+  pending_requests_.fetch_add(1, std::memory_order_relaxed);
+  pending_rows_.fetch_add(task->rows, std::memory_order_relaxed);
+  metrics_.pending_requests->Increment();
+  metrics_.pending_rows->Increment(static_cast<double>(task->rows));
+  queue_.push_back(std::move(task));
+  ready_.Signal();
+  return absl::OkStatus();
+}
+
+std::unique_ptr<Task> Batcher::PopLocked() {
+  std::unique_ptr<Task> task = std::move(queue_.front());
+  queue_.pop_front();
+  queued_rows_ -= task->rows;
+  queued_bytes_ -= task->input_bytes;
+  queued_staging_ -= task->staging_bytes;
+  pending_requests_.fetch_sub(1, std::memory_order_relaxed);
+  pending_rows_.fetch_sub(task->rows, std::memory_order_relaxed);
+  metrics_.pending_requests->Decrement();
+  metrics_.pending_rows->Decrement(static_cast<double>(task->rows));
+  return task;
+}
+
+bool Batcher::ReadyLocked(absl::Time now) const {
+  if (queue_.empty()) return false;
+  const Task& head = *queue_.front();
+  return closed_ || flushing_ || options_.max_queue_delay <= absl::ZeroDuration() ||
+         head.kind == TaskKind::kBackward || head.enqueued_at + options_.max_queue_delay <= now ||
+         queued_rows_ >= options_.max_batch_rows || queued_bytes_ >= options_.max_batch_bytes ||
+         (options_.max_batch_staging_bytes > 0 &&
+          queued_staging_ >= options_.max_batch_staging_bytes) ||
+         static_cast<int64_t>(queue_.size()) >= options_.max_batch_tasks;
+}
+
+absl::Time Batcher::NextReadyTimeLocked() const {
+  if (queue_.empty()) return absl::InfiniteFuture();
+  if (ReadyLocked(absl::InfinitePast())) return absl::InfinitePast();
+  return queue_.front()->enqueued_at + options_.max_queue_delay;
+}
+
+absl::Time Batcher::NextReadyTime() const {
+  absl::MutexLock lock(&mutex_);
+  return NextReadyTimeLocked();
+}
+
+void Batcher::PruneHeadLocked(absl::Time now, std::vector<Dropped>* dropped) {
+  while (!queue_.empty()) {
+    const Task& head = *queue_.front();
+    if (head.sink->IsCancelled()) {
+      rejections_.cancelled->Increment();
+      dropped->push_back({PopLocked(), absl::CancelledError("the caller cancelled the request")});
+    } else if (head.deadline <= now) {
+      rejections_.deadline_exceeded->Increment();
+      dropped->push_back({PopLocked(), absl::DeadlineExceededError(
+                                           "the deadline passed while the request was queued")});
+    } else {
+      return;
+    }
+  }
+}
+
+std::optional<Batch> Batcher::TakeLocked(absl::Time now, std::vector<Dropped>* dropped) {
+  PruneHeadLocked(now, dropped);
+  if (!ReadyLocked(now)) return std::nullopt;
+  Batch batch;
+  auto add = [&](std::unique_ptr<Task> task) {
+    metrics_.queue_wait_seconds->Observe(absl::ToDoubleSeconds(now - task->enqueued_at));
+    batch.rows += task->rows;
+    batch.input_bytes += task->input_bytes;
+    batch.output_bytes += task->output_bytes;
+    batch.staging_bytes += task->staging_bytes;
+    batch.tasks.push_back(std::move(task));
+  };
+  add(PopLocked());
+  if (batch.is_backward()) {
+    batch.closed_at = now;
+    return batch;
+  }
+  while (true) {
+    PruneHeadLocked(now, dropped);
+    if (queue_.empty()) break;
+    const Task& next = *queue_.front();
+    if (next.kind == TaskKind::kBackward) break;
+    if (static_cast<int64_t>(batch.tasks.size()) >= options_.max_batch_tasks) break;
+    if (batch.rows + next.rows > options_.max_batch_rows) break;
+    if (batch.input_bytes + next.input_bytes > options_.max_batch_bytes) break;
+    if (options_.max_batch_staging_bytes > 0 &&
+        batch.staging_bytes + next.staging_bytes > options_.max_batch_staging_bytes) {
+      break;
+    }
+    add(PopLocked());
+  }
+  batch.closed_at = now;
+  return batch;
+}
+
+void Batcher::FinishDropped(std::vector<Dropped>* dropped) {
+  for (Dropped& d : *dropped) Finish(std::move(d.task), d.status);
+  dropped->clear();
+}
+
+std::optional<Batch> Batcher::TryTakeBatch() {
+  std::vector<Dropped> dropped;
+  std::optional<Batch> batch;
+  {
+    absl::MutexLock lock(&mutex_);
+    batch = TakeLocked(clock_(), &dropped);
+  }
+  FinishDropped(&dropped);
+  return batch;
+}
+
+std::optional<Batch> Batcher::WaitForBatch() {
+  std::vector<Dropped> dropped;
+  mutex_.Lock();
+  while (true) {
+    if (closed_ && queue_.empty()) break;
+    std::optional<Batch> batch = TakeLocked(clock_(), &dropped);
+    if (batch) {
+      mutex_.Unlock();
+      FinishDropped(&dropped);
+      return batch;
+    }
+    if (!dropped.empty()) {
+      // Answer dropped tasks without holding the lock, then look again.
+      mutex_.Unlock();
+      FinishDropped(&dropped);
+      mutex_.Lock();
+      continue;
+    }
+    const absl::Time wake = NextReadyTimeLocked();
+    if (wake == absl::InfiniteFuture()) {
+      ready_.Wait(&mutex_);
+    } else {
+      ready_.WaitWithDeadline(&mutex_, wake);
+    }
+  }
+  mutex_.Unlock();
+  return std::nullopt;
+}
+
+void Batcher::Flush() {
+  absl::MutexLock lock(&mutex_);
+  flushing_ = true;
+  ready_.SignalAll();
+}
+
+void Batcher::Close() {
+  absl::MutexLock lock(&mutex_);
+  closed_ = true;
+  ready_.SignalAll();
+}
+
+void Batcher::Finish(std::unique_ptr<Task> task, const absl::Status& status) {
+  if (budget_ != nullptr) budget_->Release(task->memory_bytes());
+  TaskSink* sink = task->sink;
+  // The task (and any parameter set it holds) goes first: after OnTaskDone
+  // the request memory its views point into may be gone.
+  task.reset();
+  sink->OnTaskDone(status);
+}
+
+}  // namespace normsvc::server

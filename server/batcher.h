@@ -1,0 +1,127 @@
+// The dynamic batcher of one executor: a bounded FIFO of tasks that closes
+// batches for the executor's workers.
+//
+// Contract:
+// - Schedule(task) never blocks. On OK the batcher owns the task and
+//   guarantees it is finished exactly once (Finish). On error the caller
+//   keeps it: RESOURCE_EXHAUSTED when the queue holds max_queue_size tasks
+//   or the server's byte budget is spent, DEADLINE_EXCEEDED when the task's
+//   deadline has already passed, UNAVAILABLE once closed.
+// - A batch closes when it reaches max_batch_rows, max_batch_bytes (input
+//   bytes), the executor's staging capacity or max_batch_tasks, or when its
+//   oldest task has waited max_queue_delay (0: whenever a worker asks).
+//   Tasks leave in FIFO order; a closed batch never reopens.
+// - A task larger than the limits forms a batch of its own; it is never
+//   refused for its size here (edge validation bounds request sizes).
+// - A backward task always forms a batch of its own (one launch each).
+// - Tasks whose caller cancelled, or whose deadline passed while queued,
+//   leave before launch: finished with CANCELLED or DEADLINE_EXCEEDED.
+//
+// The batching logic (Schedule, TryTakeBatch) is thread-free and reads the
+// time from an injectable clock, so tests drive it deterministically.
+// WaitForBatch is the blocking form the executor's worker threads use.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "server/memory_budget.h"
+#include "server/metrics.h"
+#include "server/task.h"
+
+namespace normsvc::server {
+
+struct BatcherOptions {
+  int64_t max_batch_rows = 8192;
+  int64_t max_batch_bytes = int64_t{64} << 20;
+  int64_t max_batch_staging_bytes = 0;  // 0: unlimited
+  int64_t max_batch_tasks = 4096;
+  absl::Duration max_queue_delay = absl::ZeroDuration();
+  int64_t max_queue_size = 4096;
+};
+
+class Batcher {
+ public:
+  using Clock = std::function<absl::Time()>;
+
+  // `budget` is shared by the server's batchers; `metrics` must outlive this.
+  Batcher(
+      BatcherOptions options, MemoryBudget* budget, const DeviceMetrics& metrics,
+      const RejectionMetrics& rejections, Clock clock = [] { return absl::Now(); });
+  // Finishes any task still queued with UNAVAILABLE.
+  ~Batcher();
+  Batcher(const Batcher&) = delete;
+  Batcher& operator=(const Batcher&) = delete;
+
+  // See the contract above. On OK `task` is left null.
+  absl::Status Schedule(std::unique_ptr<Task>& task);
+
+  // The next batch if one is ready at clock() (it drops cancelled and
+  // expired tasks from the head first); nullopt otherwise.
+  std::optional<Batch> TryTakeBatch();
+  // When the head batch becomes ready if nothing else arrives;
+  // InfiniteFuture when the queue is empty.
+  absl::Time NextReadyTime() const;
+
+  // Blocks until a batch is ready and returns it; nullopt once closed and
+  // empty. For worker threads; uses the real clock for waiting.
+  std::optional<Batch> WaitForBatch();
+
+  // From now on batches close without waiting for max_queue_delay (the
+  // drain); new tasks are still accepted.
+  void Flush();
+  // Refuses new tasks (UNAVAILABLE); queued tasks still come out as batches,
+  // without waiting for max_queue_delay. Wakes all waiting workers.
+  void Close();
+
+  // Releases the task's bytes, reports `status` to its sink and deletes it.
+  void Finish(std::unique_ptr<Task> task, const absl::Status& status);
+
+  // For routing and tests; read without the lock.
+  int64_t pending_requests() const { return pending_requests_.load(std::memory_order_relaxed); }
+  int64_t pending_rows() const { return pending_rows_.load(std::memory_order_relaxed); }
+  const BatcherOptions& options() const { return options_; }
+
+ private:
+  struct Dropped {
+    std::unique_ptr<Task> task;
+    absl::Status status;
+  };
+  bool ReadyLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  absl::Time NextReadyTimeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  std::unique_ptr<Task> PopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Drops cancelled/expired tasks at the head into `dropped`.
+  void PruneHeadLocked(absl::Time now, std::vector<Dropped>* dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  std::optional<Batch> TakeLocked(absl::Time now, std::vector<Dropped>* dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void FinishDropped(std::vector<Dropped>* dropped);
+
+  const BatcherOptions options_;
+  MemoryBudget* const budget_;
+  const DeviceMetrics& metrics_;
+  const RejectionMetrics& rejections_;
+  const Clock clock_;
+
+  mutable absl::Mutex mutex_;
+  absl::CondVar ready_;
+  std::deque<std::unique_ptr<Task>> queue_ ABSL_GUARDED_BY(mutex_);
+  int64_t queued_rows_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t queued_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t queued_staging_ ABSL_GUARDED_BY(mutex_) = 0;
+  bool flushing_ ABSL_GUARDED_BY(mutex_) = false;
+  bool closed_ ABSL_GUARDED_BY(mutex_) = false;
+  std::atomic<int64_t> pending_requests_{0};
+  std::atomic<int64_t> pending_rows_{0};
+};
+
+}  // namespace normsvc::server

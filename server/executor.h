@@ -1,0 +1,72 @@
+// The executor interface: runs closed batches on one device. The batcher
+// and its workers know executors only through this; RPC handlers never see
+// them. Implementations: CpuExecutor (the reference kernels) and GpuExecutor
+// (CUDA, one per device).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/task.h"
+
+namespace normsvc::server {
+
+// Memory an executor allocated for a registered parameter tensor: a pointer
+// usable by that executor's kernels, released by the deleter.
+using DeviceBuffer = std::shared_ptr<void>;
+
+struct BatchResult {
+  std::vector<absl::Status> statuses;  // one per task, in batch order
+  // Stage timings from the device (CUDA events); absent where a stage does
+  // not exist (the CPU executor has no copies).
+  std::optional<double> h2d_seconds;
+  std::optional<double> kernel_seconds;
+  std::optional<double> d2h_seconds;
+  int64_t kernel_bytes = 0;  // bytes the kernels read and wrote
+};
+
+// What GetServerInfo and the metrics say about an executor's device.
+struct DeviceDescription {
+  std::string label;  // metric label: "cpu", "cuda:0", ...
+  int index = -1;     // CUDA device index; -1 for the CPU
+  std::string name;
+  int64_t memory_total_bytes = 0;
+  std::string compute_capability;
+  std::string pci_bus_id;                      // for NVML
+  int64_t device_buffer_bytes = 0;             // device memory the executor holds for batches
+  double copy_bandwidth_bytes_per_second = 0;  // measured at start-up (read + write)
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+
+  virtual const DeviceDescription& device() const = 0;
+  // Number of Run calls that may proceed concurrently, each with its own
+  // `slot` in [0, slots()): the batches in flight.
+  virtual int slots() const = 0;
+  // Largest staging footprint (Task::staging_bytes summed) of one batch;
+  // 0 means unlimited. A single task larger than this is still run (in
+  // row chunks) by the executor.
+  virtual int64_t max_batch_staging_bytes() const = 0;
+
+  // Runs every task of `batch` and writes their outputs. Returns one status
+  // per task. Never throws; device errors become statuses and the executor
+  // stays usable for later batches when the device allows it.
+  virtual BatchResult Run(const Batch& batch, int slot) = 0;
+
+  // Copies `bytes` of host memory into memory this executor's kernels read.
+  // Blocking: call from a control thread, never from an RPC handler.
+  virtual absl::StatusOr<DeviceBuffer> Upload(const void* host, std::size_t bytes) = 0;
+
+  // False once the device hit an unrecoverable error; the pool stops
+  // routing to it.
+  virtual bool healthy() const = 0;
+};
+
+}  // namespace normsvc::server

@@ -1,0 +1,66 @@
+#include "server/executor_pool.h"
+
+#include <limits>
+
+namespace normsvc::server {
+
+ExecutorPool::ExecutorPool(std::vector<std::unique_ptr<Executor>> executors,
+                           const BatcherOptions& batching, MemoryBudget* budget,
+                           ServiceMetrics& metrics)
+    : executors_(std::move(executors)) {
+  for (int i = 0; i < size(); ++i) {
+    BatcherOptions options = batching;
+    options.max_batch_staging_bytes = executors_[i]->max_batch_staging_bytes();
+    batchers_.push_back(
+        std::make_unique<Batcher>(options, budget, metrics.device(i), metrics.rejections()));
+    workers_.push_back(
+        std::make_unique<BatchWorker>(*batchers_[i], *executors_[i], metrics.device(i)));
+  }
+}
+
+ExecutorPool::~ExecutorPool() {
+  Close();
+  Join();
+}
+
+void ExecutorPool::Start() {
+  for (auto& worker : workers_) worker->Start();
+}
+
+absl::Status ExecutorPool::Schedule(std::unique_ptr<Task>& task) {
+  const int n = size();
+  const uint32_t start = rotation_.fetch_add(1, std::memory_order_relaxed);
+  int best = -1;
+  int64_t best_rows = std::numeric_limits<int64_t>::max();
+  for (int k = 0; k < n; ++k) {
+    const int i = static_cast<int>((start + k) % n);
+    if (!executors_[i]->healthy()) continue;
+    const int64_t rows = batchers_[i]->pending_rows();
+    if (rows < best_rows) {
+      best = i;
+      best_rows = rows;
+    }
+  }
+  if (best < 0) return absl::UnavailableError("no healthy executor");
+  return batchers_[best]->Schedule(task);
+}
+
+void ExecutorPool::Flush() {
+  for (auto& batcher : batchers_) batcher->Flush();
+}
+
+void ExecutorPool::Close() {
+  for (auto& batcher : batchers_) batcher->Close();
+}
+
+void ExecutorPool::Join() {
+  for (auto& worker : workers_) worker->Join();
+}
+
+std::vector<Executor*> ExecutorPool::executor_pointers() const {
+  std::vector<Executor*> pointers;
+  for (const auto& executor : executors_) pointers.push_back(executor.get());
+  return pointers;
+}
+
+}  // namespace normsvc::server

@@ -1,0 +1,48 @@
+// The server's executors (one per GPU, or the CPU one), each with its
+// batcher and worker threads, and the routing of tasks among them.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "server/batch_worker.h"
+#include "server/batcher.h"
+#include "server/executor.h"
+#include "server/memory_budget.h"
+#include "server/metrics.h"
+
+namespace normsvc::server {
+
+class ExecutorPool {
+ public:
+  // Executor i uses metrics.device(i). `batching` is the per-executor
+  // template; each batcher also honours its executor's staging capacity.
+  ExecutorPool(std::vector<std::unique_ptr<Executor>> executors, const BatcherOptions& batching,
+               MemoryBudget* budget, ServiceMetrics& metrics);
+  ~ExecutorPool();  // Close() and Join()
+
+  void Start();
+  // Hands `task` to the healthy executor with the fewest pending rows (ties
+  // rotate). Same ownership contract as Batcher::Schedule.
+  absl::Status Schedule(std::unique_ptr<Task>& task);
+  // Launch queued work without waiting for max_queue_delay (the drain).
+  void Flush();
+  // Stop accepting; queued tasks still run. Then Join waits for them.
+  void Close();
+  void Join();
+
+  int size() const { return static_cast<int>(executors_.size()); }
+  Executor& executor(int i) { return *executors_[i]; }
+  Batcher& batcher(int i) { return *batchers_[i]; }
+  std::vector<Executor*> executor_pointers() const;
+
+ private:
+  std::vector<std::unique_ptr<Executor>> executors_;
+  std::vector<std::unique_ptr<Batcher>> batchers_;
+  std::vector<std::unique_ptr<BatchWorker>> workers_;
+  std::atomic<uint32_t> rotation_{0};
+};
+
+}  // namespace normsvc::server

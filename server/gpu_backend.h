@@ -1,0 +1,38 @@
+// The GPU backend seen from CUDA-free code: whether it was compiled, how
+// many GPUs are visible, and a factory for GpuExecutor. Everything CUDA
+// stays behind this header (gpu_executor.cc); without CUDA the stub
+// (gpu_backend_stub.cc) reports no GPUs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/executor.h"
+
+namespace normsvc::server {
+
+struct GpuExecutorOptions {
+  int device = 0;                              // CUDA device index
+  int executor_index = 0;                      // position in the pool (registered parameters)
+  int slots = 2;                               // batches in flight (one stream + staging each)
+  int64_t staging_bytes = int64_t{128} << 20;  // pinned host and device bytes per slot
+  int64_t max_batch_tasks = 4096;              // segment table capacity
+};
+
+// True when this build contains the GPU executor.
+bool GpuBackendCompiled();
+// Visible CUDA devices; 0 without a driver or without the GPU executor.
+int VisibleGpuCount();
+// "13.0", or "none" without CUDA.
+std::string CudaRuntimeVersion();
+
+absl::StatusOr<std::unique_ptr<Executor>> CreateGpuExecutor(const GpuExecutorOptions& options);
+
+// Test hook: the next batch `executor` runs fails with a genuine CUDA error
+// (an invalid copy is issued), exercising the error path; later batches run
+// normally. FAILED_PRECONDITION if `executor` is not a GPU executor.
+absl::Status InjectGpuFaultForNextBatch(Executor& executor);
+
+}  // namespace normsvc::server

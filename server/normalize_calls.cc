@@ -1,0 +1,119 @@
+#include "server/normalize_calls.h"
+
+#include <atomic>
+#include <optional>
+
+#include <grpcpp/server_context.h>
+
+#include "server/status_mapping.h"
+#include "server/task_builder.h"
+#include "server/tensor_codec.h"
+
+namespace normsvc::server {
+namespace {
+
+struct ForwardTraits {
+  static constexpr Method kMethod = Method::kNormalize;
+  static auto Validate(const v1::NormalizeRequest& request, const ServiceContext& service) {
+    return ValidateNormalize(request, service.limits, *service.store);
+  }
+  static std::unique_ptr<Task> Build(const ForwardPlan& plan, const v1::NormalizeRequest& request,
+                                     v1::NormalizeResponse* response, absl::Time deadline,
+                                     TaskSink* sink) {
+    return BuildForwardTask(plan, request, response, deadline, sink);
+  }
+};
+
+struct BackwardTraits {
+  static constexpr Method kMethod = Method::kNormalizeBackward;
+  static auto Validate(const v1::NormalizeBackwardRequest& request, const ServiceContext& service) {
+    return ValidateNormalizeBackward(request, service.limits, *service.store);
+  }
+  static std::unique_ptr<Task> Build(const BackwardPlan& plan,
+                                     const v1::NormalizeBackwardRequest& request,
+                                     v1::NormalizeBackwardResponse* response, absl::Time deadline,
+                                     TaskSink* sink) {
+    return BuildBackwardTask(plan, request, response, deadline, sink);
+  }
+};
+
+// One unary tensor call. Lifetime: created by the handler, deleted in
+// OnDone, which gRPC runs only after Finish; Finish is called exactly once
+// (Reply), and nothing touches `this` after it.
+template <typename Request, typename Response, typename Traits>
+class TensorCall final : public grpc::ServerUnaryReactor, public TaskSink {
+ public:
+  TensorCall(ServiceContext& service, grpc::CallbackServerContext* context, const Request* request,
+             Response* response)
+      : service_(service), context_(context), request_(request), response_(response) {}
+
+  void Start() {
+    op_ = FromProtoOp(request_->op());
+    dtype_ = FromProtoDType(request_->input().dtype());
+    if (!service_.gate->TryEnter()) return Reply(ShuttingDown());
+    entered_ = true;
+    response_->set_request_id(request_->request_id());
+    auto plan = Traits::Validate(*request_, service_);
+    if (!plan.ok()) return Reply(plan.status());
+    rows_ = plan->input.rows;
+    std::unique_ptr<Task> task =
+        Traits::Build(*plan, *request_, response_, DeadlineOf(context_->deadline()), this);
+    if (rows_ == 0) return Reply(absl::OkStatus());  // nothing to compute
+    const absl::Status status = service_.pool->Schedule(task);
+    // On OK the task may already be finished and `this` deleted.
+    if (!status.ok()) {
+      task.reset();
+      Reply(status);
+    }
+  }
+
+  bool IsCancelled() const override { return cancelled_.load(std::memory_order_relaxed); }
+  void OnTaskDone(const absl::Status& status) override { Reply(status); }
+  void OnCancel() override { cancelled_.store(true, std::memory_order_relaxed); }
+  void OnDone() override { delete this; }
+
+ private:
+  void Reply(const absl::Status& status) {
+    service_.metrics->RecordRequest(Traits::kMethod, op_, dtype_, status.code(), rows_,
+                                    SecondsSince(start_));
+    DrainGate* gate = entered_ ? service_.gate : nullptr;
+    Finish(ToGrpcStatus(status));
+    if (gate != nullptr) gate->Exit();
+  }
+
+  ServiceContext& service_;
+  grpc::CallbackServerContext* const context_;
+  const Request* const request_;
+  Response* const response_;
+  const absl::Time start_ = absl::Now();
+  std::optional<kernels::NormOp> op_;
+  std::optional<kernels::DType> dtype_;
+  int64_t rows_ = 0;
+  bool entered_ = false;
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* StartNormalize(ServiceContext& service,
+                                         grpc::CallbackServerContext* context,
+                                         const v1::NormalizeRequest* request,
+                                         v1::NormalizeResponse* response) {
+  auto* call = new TensorCall<v1::NormalizeRequest, v1::NormalizeResponse, ForwardTraits>(
+      service, context, request, response);
+  call->Start();
+  return call;
+}
+
+grpc::ServerUnaryReactor* StartNormalizeBackward(ServiceContext& service,
+                                                 grpc::CallbackServerContext* context,
+                                                 const v1::NormalizeBackwardRequest* request,
+                                                 v1::NormalizeBackwardResponse* response) {
+  auto* call =
+      new TensorCall<v1::NormalizeBackwardRequest, v1::NormalizeBackwardResponse, BackwardTraits>(
+          service, context, request, response);
+  call->Start();
+  return call;
+}
+
+}  // namespace normsvc::server

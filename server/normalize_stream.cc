@@ -1,0 +1,264 @@
+#include "server/normalize_stream.h"
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <optional>
+
+#include <grpcpp/server_context.h>
+
+#include "server/status_mapping.h"
+#include "server/task_builder.h"
+#include "server/tensor_codec.h"
+
+namespace normsvc::server {
+
+using StreamReactor = grpc::ServerBidiReactor<v1::NormalizeRequest, v1::NormalizeStreamResponse>;
+
+// Locking: mutex_ guards the stream's state; gRPC operations (StartRead,
+// StartWrite, Finish) are issued after it is released, from an Actions
+// record decided under it. The flags set while deciding (read_pending_,
+// writing_, finished_) keep two threads from issuing the same operation.
+class NormalizeStreamCall final : public StreamReactor {
+ public:
+  NormalizeStreamCall(ServiceContext& service, grpc::CallbackServerContext* context)
+      : service_(service), context_(context) {}
+
+  void Begin() {
+    Actions actions;
+    {
+      absl::MutexLock lock(&mutex_);
+      DecideReadLocked(&actions);
+    }
+    Run(actions);
+    service_.streams->Add(this);  // may drain at once
+  }
+
+  // Stop reading; finish once every accepted request is answered.
+  void OnServerDrain() {
+    Actions actions;
+    {
+      absl::MutexLock lock(&mutex_);
+      draining_ = true;
+      DecideFinishLocked(&actions);
+    }
+    Run(actions);
+  }
+
+  void OnReadDone(bool ok) override {
+    Item* item = nullptr;
+    Actions actions;
+    {
+      absl::MutexLock lock(&mutex_);
+      read_pending_ = false;
+      std::unique_ptr<Item> read = std::move(reading_);
+      if (ok && !finished_) {
+        item = read.release();
+        ++outstanding_;
+      } else {
+        if (!ok) half_closed_ = true;
+        DecideFinishLocked(&actions);
+      }
+    }
+    if (item != nullptr) {
+      Process(item);
+      absl::MutexLock lock(&mutex_);
+      DecideReadLocked(&actions);
+    }
+    Run(actions);
+  }
+
+  void OnWriteDone(bool ok) override {
+    Actions actions;
+    {
+      absl::MutexLock lock(&mutex_);
+      writing_.reset();
+      --outstanding_;
+      if (!ok) {
+        // The client is gone: nothing more can be written.
+        write_failed_ = true;
+        outstanding_ -= static_cast<int64_t>(to_write_.size());
+        to_write_.clear();
+      }
+      DecideWriteLocked(&actions);
+      DecideReadLocked(&actions);
+      DecideFinishLocked(&actions);
+    }
+    Run(actions);
+  }
+
+  void OnCancel() override {
+    cancelled_.store(true, std::memory_order_relaxed);
+    Actions actions;
+    {
+      absl::MutexLock lock(&mutex_);
+      outstanding_ -= static_cast<int64_t>(to_write_.size());
+      to_write_.clear();
+      DecideFinishLocked(&actions);
+    }
+    Run(actions);
+  }
+
+  void OnDone() override {
+    service_.streams->Remove(this);
+    delete this;
+  }
+
+ private:
+  // One request of the stream and its reply; the task's sink.
+  struct Item final : TaskSink {
+    explicit Item(NormalizeStreamCall* owner) : stream(owner) {}
+    bool IsCancelled() const override { return stream->cancelled_.load(std::memory_order_relaxed); }
+    void OnTaskDone(const absl::Status& status) override { stream->Complete(this, status); }
+
+    NormalizeStreamCall* const stream;
+    v1::NormalizeRequest request;
+    v1::NormalizeStreamResponse reply;
+    absl::Time start;
+    std::optional<kernels::NormOp> op;
+    std::optional<kernels::DType> dtype;
+    int64_t rows = 0;
+    bool entered = false;
+  };
+
+  struct Actions {
+    v1::NormalizeRequest* read = nullptr;
+    const v1::NormalizeStreamResponse* write = nullptr;
+    std::optional<grpc::Status> finish;
+  };
+
+  void Run(const Actions& actions) {
+    if (actions.write != nullptr) StartWrite(actions.write);
+    if (actions.read != nullptr) StartRead(actions.read);
+    if (actions.finish) Finish(*actions.finish);
+  }
+
+  void DecideReadLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    if (read_pending_ || half_closed_ || draining_ || finished_ || write_failed_ ||
+        cancelled_.load(std::memory_order_relaxed) ||
+        outstanding_ >= service_.max_stream_in_flight) {
+      return;
+    }
+    read_pending_ = true;
+    reading_ = std::make_unique<Item>(this);
+    actions->read = &reading_->request;
+  }
+
+  void DecideWriteLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    if (writing_ != nullptr || to_write_.empty() || finished_) return;
+    writing_ = std::move(to_write_.front());
+    to_write_.pop_front();
+    actions->write = &writing_->reply;
+  }
+
+  void DecideFinishLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    if (finished_ || outstanding_ != 0 || writing_ != nullptr) return;
+    if (cancelled_.load(std::memory_order_relaxed)) {
+      actions->finish = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+    } else if (write_failed_) {
+      actions->finish = grpc::Status(grpc::StatusCode::UNAVAILABLE, "could not write a reply");
+    } else if (half_closed_) {
+      actions->finish = grpc::Status::OK;
+    } else if (draining_) {
+      actions->finish = ToGrpcStatus(ShuttingDown());
+    } else {
+      return;
+    }
+    finished_ = true;
+  }
+
+  // Validates and schedules one request; answers at once when refused.
+  void Process(Item* item) {
+    item->start = absl::Now();
+    item->op = FromProtoOp(item->request.op());
+    item->dtype = FromProtoDType(item->request.input().dtype());
+    item->reply.set_request_id(item->request.request_id());
+    if (!service_.gate->TryEnter()) {
+      {
+        absl::MutexLock lock(&mutex_);
+        draining_ = true;
+      }
+      return Complete(item, ShuttingDown());
+    }
+    item->entered = true;
+    absl::StatusOr<ForwardPlan> plan =
+        ValidateNormalize(item->request, service_.limits, *service_.store);
+    if (!plan.ok()) return Complete(item, plan.status());
+    item->rows = plan->input.rows;
+    v1::NormalizeResponse* response = item->reply.mutable_response();
+    response->set_request_id(item->request.request_id());
+    std::unique_ptr<Task> task =
+        BuildForwardTask(*plan, item->request, response, DeadlineOf(context_->deadline()), item);
+    if (item->rows == 0) return Complete(item, absl::OkStatus());
+    const absl::Status status = service_.pool->Schedule(task);
+    if (!status.ok()) {
+      task.reset();
+      Complete(item, status);
+    }
+  }
+
+  // The item's outcome: queue its reply. From any thread, once per item.
+  void Complete(Item* raw, const absl::Status& status) {
+    std::unique_ptr<Item> item(raw);
+    service_.metrics->RecordRequest(Method::kNormalizeStream, item->op, item->dtype, status.code(),
+                                    item->rows, SecondsSince(item->start));
+    if (!status.ok()) {
+      v1::NormalizeStreamResponse::Error* error = item->reply.mutable_error();  // drops any output
+      error->set_code(static_cast<int>(status.code()));
+      error->set_message(std::string(status.message()));
+    }
+    if (item->entered) service_.gate->Exit();
+    Actions actions;
+    {
+      absl::MutexLock lock(&mutex_);
+      if (cancelled_.load(std::memory_order_relaxed) || write_failed_ || finished_) {
+        --outstanding_;  // nobody to write to
+      } else {
+        to_write_.push_back(std::move(item));
+        DecideWriteLocked(&actions);
+      }
+      DecideFinishLocked(&actions);
+    }
+    Run(actions);
+  }
+
+  ServiceContext& service_;
+  grpc::CallbackServerContext* const context_;
+  std::atomic<bool> cancelled_{false};
+
+  absl::Mutex mutex_;
+  std::unique_ptr<Item> reading_ ABSL_GUARDED_BY(mutex_);
+  std::deque<std::unique_ptr<Item>> to_write_ ABSL_GUARDED_BY(mutex_);
+  std::unique_ptr<Item> writing_ ABSL_GUARDED_BY(mutex_);
+  int64_t outstanding_ ABSL_GUARDED_BY(mutex_) = 0;  // read and not yet written or dropped
+  bool read_pending_ ABSL_GUARDED_BY(mutex_) = false;
+  bool half_closed_ ABSL_GUARDED_BY(mutex_) = false;
+  bool draining_ ABSL_GUARDED_BY(mutex_) = false;
+  bool write_failed_ ABSL_GUARDED_BY(mutex_) = false;
+  bool finished_ ABSL_GUARDED_BY(mutex_) = false;
+};
+
+void StreamRegistry::Add(NormalizeStreamCall* stream) {
+  absl::MutexLock lock(&mutex_);
+  streams_.insert(stream);
+  if (draining_) stream->OnServerDrain();
+}
+
+void StreamRegistry::Remove(NormalizeStreamCall* stream) {
+  absl::MutexLock lock(&mutex_);
+  streams_.erase(stream);
+}
+
+void StreamRegistry::DrainAll() {
+  absl::MutexLock lock(&mutex_);
+  draining_ = true;
+  for (NormalizeStreamCall* stream : streams_) stream->OnServerDrain();
+}
+
+StreamReactor* StartNormalizeStream(ServiceContext& service, grpc::CallbackServerContext* context) {
+  auto* call = new NormalizeStreamCall(service, context);
+  call->Begin();
+  return call;
+}
+
+}  // namespace normsvc::server

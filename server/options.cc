@@ -1,0 +1,298 @@
+#include "server/options.h"
+
+#include <cstdlib>
+#include <limits>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "normsvc/kernels/types.h"
+#include "server/log.h"
+
+namespace normsvc::server {
+namespace {
+
+// One flag: its name, help text, and how it reads and prints its field.
+struct FlagSpec {
+  std::string name;
+  std::string help;
+  std::function<absl::Status(const std::string& value, ServerOptions* options)> set;
+  std::function<std::string(const ServerOptions& options)> get;
+};
+
+FlagSpec Int64Flag(std::string name, int64_t ServerOptions::*field, std::string help) {
+  FlagSpec spec;
+  spec.name = name;
+  spec.help = std::move(help);
+  spec.set = [field, name](const std::string& value, ServerOptions* options) {
+    int64_t parsed = 0;
+    if (!absl::SimpleAtoi(value, &parsed)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, ": '", value, "' is not an integer"));
+    }
+    options->*field = parsed;
+    return absl::OkStatus();
+  };
+  spec.get = [field](const ServerOptions& options) { return absl::StrCat(options.*field); };
+  return spec;
+}
+
+FlagSpec StringFlag(std::string name, std::string ServerOptions::*field, std::string help) {
+  FlagSpec spec;
+  spec.name = std::move(name);
+  spec.help = std::move(help);
+  spec.set = [field](const std::string& value, ServerOptions* options) {
+    options->*field = value;
+    return absl::OkStatus();
+  };
+  spec.get = [field](const ServerOptions& options) { return options.*field; };
+  return spec;
+}
+
+absl::Status ParseBackend(const std::string& value, Backend* backend) {
+  if (value == "auto") {
+    *backend = Backend::kAuto;
+  } else if (value == "cuda") {
+    *backend = Backend::kCuda;
+  } else if (value == "cpu") {
+    *backend = Backend::kCpu;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend: '", value, "' is not one of auto, cuda, cpu"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseDevices(const std::string& value, std::vector<int>* devices) {
+  devices->clear();
+  if (value == "all" || value.empty()) return absl::OkStatus();
+  for (absl::string_view part : absl::StrSplit(value, ',')) {
+    int index = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &index) || index < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--devices: '", value, "' is not 'all' or a list of device indices"));
+    }
+    devices->push_back(index);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<FlagSpec> Flags() {
+  std::vector<FlagSpec> flags;
+  flags.push_back(StringFlag("grpc_address", &ServerOptions::grpc_address, "gRPC listen address"));
+  flags.push_back(StringFlag("metrics_address", &ServerOptions::metrics_address,
+                             "Prometheus /metrics listen address (empty = off)"));
+  flags.push_back(
+      {"backend", "auto (cuda if a GPU is visible, else cpu), cuda, cpu",
+       [](const std::string& v, ServerOptions* o) { return ParseBackend(v, &o->backend); },
+       [](const ServerOptions& o) { return std::string(BackendName(o.backend)); }});
+  flags.push_back(
+      {"devices", "comma-separated CUDA device indices for executors, or all",
+       [](const std::string& v, ServerOptions* o) { return ParseDevices(v, &o->devices); },
+       [](const ServerOptions& o) {
+         return o.devices.empty() ? std::string("all") : absl::StrJoin(o.devices, ",");
+       }});
+  flags.push_back(Int64Flag("max_batch_rows", &ServerOptions::max_batch_rows, "rows per launch"));
+  flags.push_back(
+      Int64Flag("max_batch_bytes", &ServerOptions::max_batch_bytes, "input bytes per launch"));
+  flags.push_back(
+      Int64Flag("max_queue_delay_us", &ServerOptions::max_queue_delay_us,
+                "how long a batch may wait to fill (0: launch when an executor is free)"));
+  flags.push_back(Int64Flag("max_queue_size", &ServerOptions::max_queue_size,
+                            "queued requests per executor before RESOURCE_EXHAUSTED"));
+  flags.push_back(Int64Flag("max_queued_bytes", &ServerOptions::max_queued_bytes,
+                            "request + response bytes accepted and not yet answered, per server, "
+                            "before RESOURCE_EXHAUSTED"));
+  flags.push_back(
+      Int64Flag("max_hidden_size", &ServerOptions::max_hidden_size, "largest H accepted"));
+  flags.push_back(Int64Flag("max_request_rows", &ServerOptions::max_request_rows,
+                            "largest row count per request"));
+  flags.push_back(Int64Flag("max_request_bytes", &ServerOptions::max_request_bytes,
+                            "largest input tensor per request"));
+  flags.push_back(Int64Flag("max_receive_message_bytes", &ServerOptions::max_receive_message_bytes,
+                            "gRPC receive limit (>= 64 MiB)"));
+  flags.push_back(Int64Flag("max_parameter_sets", &ServerOptions::max_parameter_sets,
+                            "registered parameter sets"));
+  flags.push_back(Int64Flag("max_parameter_bytes", &ServerOptions::max_parameter_bytes,
+                            "total bytes of registered parameter sets"));
+  flags.push_back({"batches_in_flight", "per executor, for copy/compute overlap",
+                   [](const std::string& v, ServerOptions* o) {
+                     if (!absl::SimpleAtoi(v, &o->batches_in_flight)) {
+                       return absl::InvalidArgumentError(
+                           absl::StrCat("--batches_in_flight: '", v, "' is not an integer"));
+                     }
+                     return absl::OkStatus();
+                   },
+                   [](const ServerOptions& o) { return absl::StrCat(o.batches_in_flight); }});
+  flags.push_back(Int64Flag("staging_buffer_bytes", &ServerOptions::staging_buffer_bytes,
+                            "pinned host staging (and device buffer) per in-flight batch slot"));
+  flags.push_back(Int64Flag("max_stream_in_flight", &ServerOptions::max_stream_in_flight,
+                            "requests one NormalizeStream may have unanswered before it stops "
+                            "reading"));
+  flags.push_back(Int64Flag("keepalive_time_ms", &ServerOptions::keepalive_time_ms,
+                            "server keepalive ping interval"));
+  flags.push_back(Int64Flag("keepalive_timeout_ms", &ServerOptions::keepalive_timeout_ms,
+                            "keepalive ping ack timeout"));
+  flags.push_back(
+      Int64Flag("max_connection_age_ms", &ServerOptions::max_connection_age_ms,
+                "0 = unlimited; set in Kubernetes (e.g. 300000) so clients re-resolve"));
+  flags.push_back(Int64Flag("max_connection_age_grace_ms",
+                            &ServerOptions::max_connection_age_grace_ms,
+                            "grace period after max connection age"));
+  flags.push_back(Int64Flag("drain_timeout_s", &ServerOptions::drain_timeout_s,
+                            "on SIGTERM: longest wait for accepted requests before exit"));
+  flags.push_back(
+      StringFlag("log_level", &ServerOptions::log_level, "debug, info, warning or error"));
+  return flags;
+}
+
+std::string EnvName(const std::string& flag) {
+  return absl::StrCat("NORMSVC_", absl::AsciiStrToUpper(flag));
+}
+
+std::string HelpText(const std::vector<FlagSpec>& flags) {
+  const ServerOptions defaults;
+  std::string text =
+      "normsvc: LayerNorm/RMSNorm gRPC service\n\n"
+      "Usage: normsvc [--flag=value ...]\n"
+      "Each flag can also be set by the environment variable shown; the command line wins.\n\n";
+  for (const FlagSpec& flag : flags) {
+    absl::StrAppend(&text, "  --", flag.name, " (env ", EnvName(flag.name), ", default \"",
+                    flag.get(defaults), "\")\n      ", flag.help, "\n");
+  }
+  absl::StrAppend(&text, "  --help     this text\n  --version  version and exit\n");
+  return text;
+}
+
+}  // namespace
+
+const char* BackendName(Backend backend) {
+  switch (backend) {
+    case Backend::kAuto:
+      return "auto";
+    case Backend::kCuda:
+      return "cuda";
+    case Backend::kCpu:
+      return "cpu";
+  }
+  return "auto";
+}
+
+absl::Status ValidateOptions(const ServerOptions& o) {
+  auto at_least = [](const char* flag, int64_t value, int64_t minimum) {
+    return value >= minimum ? absl::OkStatus()
+                            : absl::InvalidArgumentError(absl::StrCat(
+                                  "--", flag, " must be >= ", minimum, ", got ", value));
+  };
+  const int64_t kMiB = int64_t{1} << 20;
+  const int64_t kIntMax = std::numeric_limits<int>::max();
+  for (absl::Status status : {
+           at_least("max_batch_rows", o.max_batch_rows, 1),
+           at_least("max_batch_bytes", o.max_batch_bytes, 1),
+           at_least("max_queue_delay_us", o.max_queue_delay_us, 0),
+           at_least("max_queue_size", o.max_queue_size, 1),
+           at_least("max_queued_bytes", o.max_queued_bytes, 1),
+           at_least("max_hidden_size", o.max_hidden_size, 1),
+           at_least("max_request_rows", o.max_request_rows, 1),
+           at_least("max_request_bytes", o.max_request_bytes, 1),
+           at_least("max_receive_message_bytes", o.max_receive_message_bytes, 64 * kMiB),
+           at_least("max_parameter_sets", o.max_parameter_sets, 0),
+           at_least("max_parameter_bytes", o.max_parameter_bytes, 0),
+           at_least("batches_in_flight", o.batches_in_flight, 1),
+           at_least("staging_buffer_bytes", o.staging_buffer_bytes, kMiB),
+           at_least("max_stream_in_flight", o.max_stream_in_flight, 1),
+           at_least("keepalive_time_ms", o.keepalive_time_ms, 1),
+           at_least("keepalive_timeout_ms", o.keepalive_timeout_ms, 1),
+           at_least("max_connection_age_ms", o.max_connection_age_ms, 0),
+           at_least("max_connection_age_grace_ms", o.max_connection_age_grace_ms, 0),
+           at_least("drain_timeout_s", o.drain_timeout_s, 0),
+       }) {
+    if (!status.ok()) return status;
+  }
+  if (o.max_hidden_size > kernels::kMaxHidden) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_hidden_size must be <= ", kernels::kMaxHidden, ", got ", o.max_hidden_size));
+  }
+  if (o.max_receive_message_bytes > kIntMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_receive_message_bytes must be <= ", kIntMax));
+  }
+  for (const auto& [flag, value] :
+       {std::pair{"keepalive_time_ms", o.keepalive_time_ms},
+        std::pair{"keepalive_timeout_ms", o.keepalive_timeout_ms},
+        std::pair{"max_connection_age_ms", o.max_connection_age_ms},
+        std::pair{"max_connection_age_grace_ms", o.max_connection_age_grace_ms}}) {
+    if (value > kIntMax) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be <= ", kIntMax));
+    }
+  }
+  if (o.grpc_address.empty()) return absl::InvalidArgumentError("--grpc_address must be set");
+  LogLevel level;
+  if (!ParseLogLevel(o.log_level, &level)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--log_level: '", o.log_level, "' is not one of debug, info, warning, error"));
+  }
+  return absl::OkStatus();
+}
+
+EnvLookup ProcessEnvironment() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  };
+}
+
+absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
+                                             const EnvLookup& env) {
+  const std::vector<FlagSpec> flags = Flags();
+  CommandLine result;
+  // Environment first, so that the command line overrides it.
+  for (const FlagSpec& flag : flags) {
+    const std::string name = EnvName(flag.name);
+    if (std::optional<std::string> value = env(name)) {
+      if (absl::Status status = flag.set(*value, &result.options); !status.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(name, ": ", status.message()));
+      }
+    }
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      result.action = CommandLine::Action::kHelp;
+      result.text = HelpText(flags);
+      return result;
+    }
+    if (arg == "--version") {
+      result.action = CommandLine::Action::kVersion;
+      return result;
+    }
+    if (arg.rfind("--", 0) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
+    }
+    std::string name = arg.substr(2);
+    std::string value;
+    if (const size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+    }
+    const FlagSpec* spec = nullptr;
+    for (const FlagSpec& flag : flags) {
+      if (flag.name == name) spec = &flag;
+    }
+    if (spec == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
+    }
+    if (absl::Status status = spec->set(value, &result.options); !status.ok()) return status;
+  }
+  if (absl::Status status = ValidateOptions(result.options); !status.ok()) return status;
+  return result;
+}
+
+}  // namespace normsvc::server

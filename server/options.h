@@ -1,0 +1,79 @@
+// Server configuration: one plain struct with in-class defaults, built once
+// in main from command-line flags and NORMSVC_<FLAG> environment variables
+// (a flag on the command line wins over the environment).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace normsvc::server {
+
+enum class Backend { kAuto, kCuda, kCpu };
+
+struct ServerOptions {
+  std::string grpc_address = "0.0.0.0:50051";
+  std::string metrics_address = "0.0.0.0:9464";  // empty: no metrics endpoint
+  Backend backend = Backend::kAuto;
+  std::vector<int> devices;  // CUDA device indices; empty means all visible
+
+  // Batching, per executor.
+  int64_t max_batch_rows = 8192;
+  int64_t max_batch_bytes = int64_t{64} << 20;  // input bytes per launch
+  int64_t max_queue_delay_us = 0;
+  int64_t max_queue_size = 4096;
+  int batches_in_flight = 2;
+
+  // Memory bounds.
+  int64_t max_queued_bytes = int64_t{1} << 30;  // request + response bytes accepted, per server
+  int64_t max_hidden_size = 262144;
+  int64_t max_request_rows = 1048576;
+  int64_t max_request_bytes = int64_t{256} << 20;  // input tensor bytes per request
+  int64_t max_receive_message_bytes = int64_t{512} << 20;
+  int64_t max_parameter_sets = 1024;
+  int64_t max_parameter_bytes = int64_t{1} << 30;
+  int64_t staging_buffer_bytes = int64_t{128} << 20;  // per in-flight batch slot, GPU only
+  // Requests a NormalizeStream may have accepted but not yet written back;
+  // beyond it the stream stops reading (flow control back to the client).
+  int64_t max_stream_in_flight = 256;
+
+  // Connections.
+  int64_t keepalive_time_ms = 30000;
+  int64_t keepalive_timeout_ms = 10000;
+  int64_t max_connection_age_ms = 0;  // 0: unlimited
+  int64_t max_connection_age_grace_ms = 30000;
+
+  int64_t drain_timeout_s = 30;
+  std::string log_level = "info";
+};
+
+const char* BackendName(Backend backend);
+
+// Checks ranges and relations between options (e.g. the receive limit is at
+// least 64 MiB); the message names the flag.
+absl::Status ValidateOptions(const ServerOptions& options);
+
+// What the command line asked for.
+struct CommandLine {
+  enum class Action { kRun, kHelp, kVersion };
+  Action action = Action::kRun;
+  ServerOptions options;
+  std::string text;  // the --help or --version text
+};
+
+// Looks up an environment variable; nullopt when unset.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+EnvLookup ProcessEnvironment();
+
+// Parses --flag=value and --flag value forms, --help and --version. Unknown
+// flags, malformed values and out-of-range values are errors naming the flag
+// (or the environment variable it came from).
+absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
+                                             const EnvLookup& env);
+
+}  // namespace normsvc::server

@@ -1,0 +1,119 @@
+#include "server/parameter_store.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace normsvc::server {
+
+ParameterStore::ParameterStore(ParameterLimits limits, std::vector<Executor*> executors)
+    : limits_(limits), executors_(std::move(executors)) {}
+
+absl::StatusOr<std::shared_ptr<const ParameterSet>> ParameterStore::Register(
+    const std::string& name, int64_t hidden, kernels::DType dtype, absl::string_view gamma,
+    absl::string_view beta, bool replace) {
+  if (gamma.empty() && beta.empty()) {
+    return absl::InvalidArgumentError("gamma, beta: a parameter set needs at least one of them");
+  }
+  absl::MutexLock registering(&register_mutex_);
+  const int64_t bytes = static_cast<int64_t>(gamma.size() + beta.size());
+  {
+    absl::MutexLock lock(&mutex_);
+    auto it = sets_.find(name);
+    const bool exists = it != sets_.end();
+    if (exists && !replace) {
+      return absl::AlreadyExistsError(absl::StrCat("name: a parameter set named '", name,
+                                                   "' exists (set replace to overwrite it)"));
+    }
+    const int64_t count_after = static_cast<int64_t>(sets_.size()) + (exists ? 0 : 1);
+    if (count_after > limits_.max_sets) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("name: ", limits_.max_sets,
+                       " parameter sets are registered, the limit (--max_parameter_sets)"));
+    }
+    const int64_t bytes_after = total_bytes_ - (exists ? it->second->bytes : 0) + bytes;
+    if (bytes_after > limits_.max_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "gamma, beta: registering ", bytes, " bytes would exceed the ", limits_.max_bytes,
+          " bytes of --max_parameter_bytes (", total_bytes_, " in use)"));
+    }
+  }
+  auto set = std::make_shared<ParameterSet>();
+  set->name = name;
+  set->hidden = hidden;
+  set->dtype = dtype;
+  set->has_gamma = !gamma.empty();
+  set->has_beta = !beta.empty();
+  set->bytes = bytes;
+  for (Executor* executor : executors_) {
+    DeviceBuffer gamma_copy, beta_copy;
+    if (!gamma.empty()) {
+      absl::StatusOr<DeviceBuffer> uploaded = executor->Upload(gamma.data(), gamma.size());
+      if (!uploaded.ok()) return uploaded.status();
+      gamma_copy = *std::move(uploaded);
+    }
+    if (!beta.empty()) {
+      absl::StatusOr<DeviceBuffer> uploaded = executor->Upload(beta.data(), beta.size());
+      if (!uploaded.ok()) return uploaded.status();
+      beta_copy = *std::move(uploaded);
+    }
+    set->gamma_device_.push_back(std::move(gamma_copy));
+    set->beta_device_.push_back(std::move(beta_copy));
+  }
+  std::shared_ptr<const ParameterSet> published = std::move(set);
+  std::shared_ptr<const ParameterSet> replaced;
+  {
+    absl::MutexLock lock(&mutex_);
+    auto [it, inserted] = sets_.try_emplace(name, published);
+    if (!inserted) {
+      total_bytes_ -= it->second->bytes;
+      replaced = std::move(it->second);
+      it->second = published;
+    }
+    total_bytes_ += bytes;
+  }
+  // `replaced` is released here, outside the lock: freeing device memory may
+  // synchronize with the device.
+  return published;
+}
+
+absl::Status ParameterStore::Delete(const std::string& name) {
+  absl::MutexLock registering(&register_mutex_);
+  std::shared_ptr<const ParameterSet> removed;
+  {
+    absl::MutexLock lock(&mutex_);
+    auto it = sets_.find(name);
+    if (it == sets_.end()) {
+      return absl::NotFoundError(absl::StrCat("name: no parameter set named '", name, "'"));
+    }
+    removed = std::move(it->second);
+    total_bytes_ -= removed->bytes;
+    sets_.erase(it);
+  }
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const ParameterSet> ParameterStore::Find(absl::string_view name) const {
+  absl::ReaderMutexLock lock(&mutex_);
+  auto it = sets_.find(name);
+  return it == sets_.end() ? nullptr : it->second;
+}
+
+std::vector<std::shared_ptr<const ParameterSet>> ParameterStore::List() const {
+  std::vector<std::shared_ptr<const ParameterSet>> sets;
+  {
+    absl::ReaderMutexLock lock(&mutex_);
+    sets.reserve(sets_.size());
+    for (const auto& [name, set] : sets_) sets.push_back(set);
+  }
+  std::sort(sets.begin(), sets.end(),
+            [](const auto& a, const auto& b) { return a->name < b->name; });
+  return sets;
+}
+
+int64_t ParameterStore::total_bytes() const {
+  absl::ReaderMutexLock lock(&mutex_);
+  return total_bytes_;
+}
+
+}  // namespace normsvc::server

@@ -1,0 +1,80 @@
+// Named gamma/beta sets, uploaded once and kept resident on every executor's
+// device. Registered sets are immutable; replacing one publishes a new set
+// while tasks already holding the old one finish with it.
+//
+// Thread safety: Find and List may be called from RPC handlers (a reader
+// lock held for a map lookup). Register and Delete upload to or free device
+// memory and so run on the control thread, never in a handler.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+#include "absl/strings/string_view.h"
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "normsvc/kernels/types.h"
+#include "server/executor.h"
+
+namespace normsvc::server {
+
+class ParameterSet {
+ public:
+  std::string name;
+  int64_t hidden = 0;
+  kernels::DType dtype = kernels::DType::kF32;
+  bool has_gamma = false;
+  bool has_beta = false;
+  int64_t bytes = 0;  // gamma + beta, host bytes (each device holds a copy)
+
+  // Pointers valid for the executor at `executor_index`; null if absent.
+  const void* gamma(int executor_index) const { return gamma_device_[executor_index].get(); }
+  const void* beta(int executor_index) const { return beta_device_[executor_index].get(); }
+
+ private:
+  friend class ParameterStore;
+  std::vector<DeviceBuffer> gamma_device_;
+  std::vector<DeviceBuffer> beta_device_;
+};
+
+struct ParameterLimits {
+  int64_t max_sets = 1024;
+  int64_t max_bytes = int64_t{1} << 30;
+};
+
+class ParameterStore {
+ public:
+  // `executors` are indexed as in Task execution (executor index = position).
+  ParameterStore(ParameterLimits limits, std::vector<Executor*> executors);
+
+  // Uploads to every executor and publishes the set. gamma/beta may be empty
+  // views (absent) but not both. ALREADY_EXISTS unless `replace`;
+  // RESOURCE_EXHAUSTED beyond the limits. Blocking.
+  absl::StatusOr<std::shared_ptr<const ParameterSet>> Register(const std::string& name,
+                                                               int64_t hidden, kernels::DType dtype,
+                                                               absl::string_view gamma,
+                                                               absl::string_view beta,
+                                                               bool replace);
+  // NOT_FOUND if absent. Device memory is freed once no task holds the set.
+  absl::Status Delete(const std::string& name);
+
+  std::shared_ptr<const ParameterSet> Find(absl::string_view name) const;
+  std::vector<std::shared_ptr<const ParameterSet>> List() const;  // sorted by name
+  int64_t total_bytes() const;
+  const ParameterLimits& limits() const { return limits_; }
+
+ private:
+  const ParameterLimits limits_;
+  const std::vector<Executor*> executors_;
+  absl::Mutex register_mutex_;  // serializes Register/Delete (limits, uploads)
+  mutable absl::Mutex mutex_;   // guards the map
+  absl::flat_hash_map<std::string, std::shared_ptr<const ParameterSet>> sets_
+      ABSL_GUARDED_BY(mutex_);
+  int64_t total_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
+};
+
+}  // namespace normsvc::server

@@ -1,0 +1,283 @@
+#include "server/server.h"
+
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+#include <prometheus/exposer.h>
+
+#include "absl/strings/str_cat.h"
+#include "server/control_queue.h"
+#include "server/cpu_executor.h"
+#include "server/drain_gate.h"
+#include "server/executor_pool.h"
+#include "server/gpu_backend.h"
+#include "server/log.h"
+#include "server/memory_budget.h"
+#include "server/metrics.h"
+#include "server/normalize_stream.h"
+#include "server/nvml.h"
+#include "server/parameter_store.h"
+#include "server/service.h"
+#include "server/service_context.h"
+
+namespace normsvc::server {
+namespace {
+
+constexpr char kServiceName[] = "normsvc.v1.Normalizer";
+
+v1::GetServerInfoResponse MakeServerInfo(const ServerOptions& o, const std::string& backend,
+                                         ExecutorPool& pool) {
+  v1::GetServerInfoResponse info;
+  info.set_version(NORMSVC_VERSION);
+  info.set_git_commit(NORMSVC_GIT_COMMIT);
+  info.set_backend(backend);
+  int64_t device_buffer_bytes = 0;
+  for (int i = 0; i < pool.size(); ++i) {
+    const DeviceDescription& d = pool.executor(i).device();
+    device_buffer_bytes += d.device_buffer_bytes;
+    if (d.index < 0) continue;
+    v1::GetServerInfoResponse::Device* device = info.add_devices();
+    device->set_index(d.index);
+    device->set_name(d.name);
+    device->set_memory_total_bytes(d.memory_total_bytes);
+    device->set_compute_capability(d.compute_capability);
+  }
+  v1::GetServerInfoResponse::Limits* limits = info.mutable_limits();
+  limits->set_max_hidden_size(o.max_hidden_size);
+  limits->set_max_request_rows(o.max_request_rows);
+  limits->set_max_request_bytes(o.max_request_bytes);
+  limits->set_max_receive_message_bytes(o.max_receive_message_bytes);
+  limits->set_max_queued_bytes(o.max_queued_bytes);
+  limits->set_staging_buffer_bytes(backend == "cuda" ? o.staging_buffer_bytes : 0);
+  limits->set_device_buffer_bytes(device_buffer_bytes);
+  limits->set_max_parameter_sets(o.max_parameter_sets);
+  limits->set_max_parameter_bytes(o.max_parameter_bytes);
+  v1::GetServerInfoResponse::Batching* batching = info.mutable_batching();
+  batching->set_max_batch_rows(o.max_batch_rows);
+  batching->set_max_batch_bytes(o.max_batch_bytes);
+  batching->set_max_queue_delay_us(o.max_queue_delay_us);
+  batching->set_max_queue_size(o.max_queue_size);
+  batching->set_batches_in_flight(o.batches_in_flight);
+  return info;
+}
+
+}  // namespace
+
+Server::Server(ServerOptions options) : options_(std::move(options)) {}
+
+Server::~Server() { Stop(); }
+
+const v1::GetServerInfoResponse& Server::info() const { return context_->server_info; }
+
+absl::Status Server::Start() {
+  if (started_) return absl::FailedPreconditionError("Start() was already called");
+  started_ = true;
+  if (absl::Status status = ValidateOptions(options_); !status.ok()) return status;
+  LogLevel level = LogLevel::kInfo;
+  ParseLogLevel(options_.log_level, &level);
+  SetLogLevel(level);
+
+  if (absl::Status status = CreateExecutors(); !status.ok()) return status;
+  if (absl::Status status = StartGrpc(); !status.ok()) return status;
+  if (absl::Status status = StartMetricsEndpoint(); !status.ok()) return status;
+  Log(LogLevel::kInfo, "serving on port ", grpc_port_, " with the ", backend_, " backend (",
+      pool_->size(), " executor", pool_->size() == 1 ? "" : "s", ")",
+      metrics_port_ > 0 ? absl::StrCat(", metrics on port ", metrics_port_) : "");
+  return absl::OkStatus();
+}
+
+absl::Status Server::CreateExecutors() {
+  const int gpus = VisibleGpuCount();
+  bool use_gpu = false;
+  switch (options_.backend) {
+    case Backend::kCpu:
+      break;
+    case Backend::kCuda:
+      if (gpus == 0) {
+        return absl::FailedPreconditionError(
+            GpuBackendCompiled() ? "--backend=cuda, but no GPU is visible"
+                                 : "--backend=cuda, but this build has no CUDA backend");
+      }
+      use_gpu = true;
+      break;
+    case Backend::kAuto:
+      use_gpu = gpus > 0;
+      break;
+  }
+  std::vector<std::unique_ptr<Executor>> executors;
+  if (use_gpu) {
+    std::vector<int> devices = options_.devices;
+    if (devices.empty()) {
+      for (int d = 0; d < gpus; ++d) devices.push_back(d);
+    }
+    for (int d : devices) {
+      if (d >= gpus) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--devices: device ", d, " does not exist (", gpus, " visible)"));
+      }
+      GpuExecutorOptions gpu;
+      gpu.device = d;
+      gpu.executor_index = static_cast<int>(executors.size());
+      gpu.slots = options_.batches_in_flight;
+      gpu.staging_bytes = options_.staging_buffer_bytes;
+      gpu.max_batch_tasks = std::min(options_.max_queue_size, options_.max_batch_rows);
+      absl::StatusOr<std::unique_ptr<Executor>> executor = CreateGpuExecutor(gpu);
+      if (!executor.ok()) return executor.status();
+      executors.push_back(*std::move(executor));
+    }
+    backend_ = "cuda";
+  } else {
+    CpuExecutorOptions cpu;
+    cpu.slots = options_.batches_in_flight;
+    executors.push_back(std::make_unique<CpuExecutor>(cpu));
+    backend_ = "cpu";
+  }
+
+  std::vector<std::string> labels;
+  std::vector<std::string> pci_bus_ids;
+  for (const auto& executor : executors) {
+    labels.push_back(executor->device().label);
+    if (!executor->device().pci_bus_id.empty())
+      pci_bus_ids.push_back(executor->device().pci_bus_id);
+  }
+  metrics_ = std::make_unique<ServiceMetrics>(
+      labels, BuildInfo{NORMSVC_VERSION, NORMSVC_GIT_COMMIT, CudaRuntimeVersion(), backend_});
+  for (size_t i = 0; i < executors.size(); ++i) {
+    metrics_->device(static_cast<int>(i))
+        .copy_bandwidth->Set(executors[i]->device().copy_bandwidth_bytes_per_second);
+  }
+  telemetry_ = std::make_shared<GpuTelemetry>(pci_bus_ids);
+
+  BatcherOptions batching;
+  batching.max_batch_rows = options_.max_batch_rows;
+  batching.max_batch_bytes = options_.max_batch_bytes;
+  batching.max_batch_tasks = std::min(options_.max_queue_size, options_.max_batch_rows);
+  batching.max_queue_delay = absl::Microseconds(options_.max_queue_delay_us);
+  batching.max_queue_size = options_.max_queue_size;
+  budget_ = std::make_unique<MemoryBudget>(options_.max_queued_bytes);
+  pool_ = std::make_unique<ExecutorPool>(std::move(executors), batching, budget_.get(), *metrics_);
+  store_ = std::make_unique<ParameterStore>(
+      ParameterLimits{options_.max_parameter_sets, options_.max_parameter_bytes},
+      pool_->executor_pointers());
+  control_ = std::make_unique<ControlQueue>();
+  gate_ = std::make_unique<DrainGate>();
+  streams_ = std::make_unique<StreamRegistry>();
+  context_ = std::make_unique<ServiceContext>();
+  context_->limits = {options_.max_hidden_size, options_.max_request_rows,
+                      options_.max_request_bytes};
+  context_->max_stream_in_flight = options_.max_stream_in_flight;
+  context_->pool = pool_.get();
+  context_->store = store_.get();
+  context_->metrics = metrics_.get();
+  context_->control = control_.get();
+  context_->gate = gate_.get();
+  context_->streams = streams_.get();
+  context_->server_info = MakeServerInfo(options_, backend_, *pool_);
+  service_ = std::make_unique<NormalizerService>(*context_);
+  pool_->Start();
+  return absl::OkStatus();
+}
+
+absl::Status Server::StartGrpc() {
+  static std::once_flag reflection_once;
+  std::call_once(reflection_once, [] {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  });
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.grpc_address, grpc::InsecureServerCredentials(), &grpc_port_);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_receive_message_bytes));
+  builder.SetMaxSendMessageSize(-1);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             static_cast<int>(options_.keepalive_time_ms));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             static_cast<int>(options_.keepalive_timeout_ms));
+  // Clients may ping as often as every 5 s without being sent away.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  if (options_.max_connection_age_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                               static_cast<int>(options_.max_connection_age_ms));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                               static_cast<int>(options_.max_connection_age_grace_ms));
+  }
+  builder.RegisterService(service_.get());
+  grpc_server_ = builder.BuildAndStart();
+  if (grpc_server_ == nullptr || grpc_port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("--grpc_address: could not listen on ", options_.grpc_address));
+  }
+  grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
+  health->SetServingStatus("", true);
+  health->SetServingStatus(kServiceName, true);
+  return absl::OkStatus();
+}
+
+absl::Status Server::StartMetricsEndpoint() {
+  if (options_.metrics_address.empty()) return absl::OkStatus();
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(options_.metrics_address);
+    exposer_->RegisterCollectable(metrics_->registry());
+    exposer_->RegisterCollectable(telemetry_);
+    const std::vector<int> ports = exposer_->GetListeningPorts();
+    metrics_port_ = ports.empty() ? 0 : ports.front();
+  } catch (const std::exception& error) {
+    return absl::UnavailableError(absl::StrCat("--metrics_address: could not listen on ",
+                                               options_.metrics_address, ": ", error.what()));
+  }
+  return absl::OkStatus();
+}
+
+bool Server::Stop() {
+  if (stopped_) return true;
+  stopped_ = true;
+  bool drained = true;
+  const absl::Time deadline = absl::Now() + absl::Seconds(options_.drain_timeout_s);
+  // Shutdown order; each step relies on the one before:
+  // 1. Health NOT_SERVING: load balancers and health-checking clients stop
+  //    sending new work here.
+  if (grpc_server_ != nullptr) {
+    grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
+    health->SetServingStatus("", false);
+    health->SetServingStatus(kServiceName, false);
+  }
+  // 2. Refuse new requests with UNAVAILABLE (the drain gate), and tell open
+  //    streams to stop reading and finish once their requests are answered.
+  if (gate_ != nullptr) gate_->StartDrain();
+  if (streams_ != nullptr) streams_->DrainAll();
+  // 3. Drain: the batchers launch what is queued without waiting for
+  //    max_queue_delay, until every accepted request is answered or the
+  //    drain timeout passes.
+  if (pool_ != nullptr) pool_->Flush();
+  if (gate_ != nullptr) {
+    drained = gate_->WaitIdle(deadline);
+    if (!drained) {
+      Log(LogLevel::kWarning, "drain timeout: ", gate_->in_flight(), " requests still unanswered");
+    }
+  }
+  // 4. Shut gRPC down: stop listening; wait for calls to finish (streams end
+  //    as they go idle); calls still open at the deadline are cancelled. The
+  //    workers still run, so cancelled tasks still get finished.
+  if (grpc_server_ != nullptr) {
+    grpc_server_->Shutdown(absl::ToChronoTime(std::max(deadline, absl::Now() + absl::Seconds(1))));
+  }
+  // 5. Close the batchers and join their workers (the queues are empty
+  //    unless the drain timed out), then the control thread.
+  if (pool_ != nullptr) {
+    pool_->Close();
+    pool_->Join();
+  }
+  if (control_ != nullptr) control_->Stop();
+  // 6. The metrics endpoint; executors (device memory, streams) are released
+  //    with the pool when the Server is destroyed.
+  exposer_.reset();
+  if (grpc_server_ != nullptr) Log(LogLevel::kInfo, "stopped", drained ? "" : " (drain timed out)");
+  return drained;
+}
+
+}  // namespace normsvc::server

@@ -1,0 +1,80 @@
+// The normsvc server: executors, batchers, parameter store, metrics and the
+// gRPC service, with explicit construction, Start() and Stop().
+#pragma once
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "normsvc/v1/normalizer.pb.h"
+#include "server/options.h"
+
+namespace grpc {
+class Server;
+}
+namespace prometheus {
+class Exposer;
+}
+
+namespace normsvc::server {
+
+class ControlQueue;
+class DrainGate;
+class ExecutorPool;
+class GpuTelemetry;
+class MemoryBudget;
+class NormalizerService;
+class ParameterStore;
+class ServiceMetrics;
+class StreamRegistry;
+struct ServiceContext;
+
+class Server {
+ public:
+  explicit Server(ServerOptions options);
+  ~Server();  // Stop()
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Creates the executors for the chosen backend, binds the gRPC and metrics
+  // addresses and starts serving (health SERVING). Call once.
+  absl::Status Start();
+  // Graceful stop (order in server.cc). Returns true when every accepted
+  // request was answered within --drain_timeout_s. Idempotent.
+  bool Stop();
+
+  int grpc_port() const { return grpc_port_; }        // bound port (useful with port 0)
+  int metrics_port() const { return metrics_port_; }  // 0 when metrics are off
+  const ServerOptions& options() const { return options_; }
+
+  // For tests and tools in-process: valid between Start and destruction.
+  ExecutorPool& pool() { return *pool_; }
+  ServiceMetrics& metrics() { return *metrics_; }
+  const v1::GetServerInfoResponse& info() const;
+
+ private:
+  absl::Status CreateExecutors();
+  absl::Status StartGrpc();
+  absl::Status StartMetricsEndpoint();
+
+  const ServerOptions options_;
+  bool started_ = false;
+  bool stopped_ = false;
+  int grpc_port_ = 0;
+  int metrics_port_ = 0;
+  std::string backend_;
+
+  std::unique_ptr<ServiceMetrics> metrics_;
+  std::unique_ptr<MemoryBudget> budget_;
+  std::unique_ptr<ExecutorPool> pool_;
+  std::unique_ptr<ParameterStore> store_;
+  std::unique_ptr<ControlQueue> control_;
+  std::unique_ptr<DrainGate> gate_;
+  std::unique_ptr<StreamRegistry> streams_;
+  std::unique_ptr<ServiceContext> context_;
+  std::unique_ptr<NormalizerService> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::shared_ptr<GpuTelemetry> telemetry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+};
+
+}  // namespace normsvc::server

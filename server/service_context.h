@@ -1,0 +1,44 @@
+// What the RPC handlers share: limits, the routing entry point, parameter
+// store, metrics, the control thread and the drain gate. Owned by Server;
+// outlives every call.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include "absl/time/time.h"
+#include "normsvc/v1/normalizer.pb.h"
+#include "server/control_queue.h"
+#include "server/drain_gate.h"
+#include "server/executor_pool.h"
+#include "server/metrics.h"
+#include "server/parameter_store.h"
+#include "server/validation.h"
+
+namespace normsvc::server {
+
+class StreamRegistry;
+
+struct ServiceContext {
+  RequestLimits limits;
+  int64_t max_stream_in_flight = 256;
+  ExecutorPool* pool = nullptr;
+  ParameterStore* store = nullptr;
+  ServiceMetrics* metrics = nullptr;
+  ControlQueue* control = nullptr;
+  DrainGate* gate = nullptr;
+  StreamRegistry* streams = nullptr;
+  v1::GetServerInfoResponse server_info;  // fixed at start-up
+};
+
+// A gRPC deadline as absl::Time; no deadline is InfiniteFuture.
+inline absl::Time DeadlineOf(std::chrono::system_clock::time_point deadline) {
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(deadline);
+}
+
+inline double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
+
+inline absl::Status ShuttingDown() { return absl::UnavailableError("server is shutting down"); }
+
+}  // namespace normsvc::server

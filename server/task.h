@@ -1,0 +1,76 @@
+// The domain Task: one request (or one request of a stream) on its way
+// through the batcher to an executor, and the Batch the batcher forms.
+//
+// A Task holds views, not copies: its input pointers point into the request
+// bytes gRPC parsed, its output pointers into the response's data strings,
+// sized before scheduling. Both stay valid until the sink's OnTaskDone.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "normsvc/kernels/types.h"
+
+namespace normsvc::server {
+
+class ParameterSet;
+
+// Implemented by the RPC layer: where a task's outcome goes.
+class TaskSink {
+ public:
+  // May be called from any thread, any number of times.
+  virtual bool IsCancelled() const = 0;
+  // Called exactly once per task, from any thread, after the outputs are
+  // written (or not, on error). Once it returns the caller touches neither
+  // the sink nor the request and response memory again.
+  virtual void OnTaskDone(const absl::Status& status) = 0;
+
+ protected:
+  ~TaskSink() = default;
+};
+
+enum class TaskKind : uint8_t { kForward, kBackward };
+
+struct Task {
+  TaskKind kind = TaskKind::kForward;
+  // Host views. Forward: x, residual, inline gamma/beta in; out,
+  // residual_out, mean, rstd out. Backward: x, dy, inline gamma, mean, rstd
+  // in; dx, dgamma, dbeta out. All row strides equal the hidden size.
+  kernels::ForwardSegment forward;
+  kernels::BackwardArgs backward;
+  // A registered set; when present it supplies gamma/beta (and the views'
+  // gamma/beta are null). Held here so a concurrent Delete or replace cannot
+  // free it while the task is queued or running.
+  std::shared_ptr<const ParameterSet> parameters;
+
+  int64_t rows = 0;
+  int64_t hidden = 0;
+  int64_t input_bytes = 0;    // bytes read from the request
+  int64_t output_bytes = 0;   // bytes written into the response
+  int64_t staging_bytes = 0;  // footprint in an executor's staging buffer (staging_layout.h)
+
+  absl::Time deadline = absl::InfiniteFuture();
+  absl::Time enqueued_at;
+  TaskSink* sink = nullptr;
+
+  // Memory the task pins while accepted: counted against max_queued_bytes.
+  int64_t memory_bytes() const { return input_bytes + output_bytes; }
+};
+
+// Tasks that run as one launch (forward) or alone (backward, or one task
+// larger than the batch limits). Closed once; never reopened.
+struct Batch {
+  std::vector<std::unique_ptr<Task>> tasks;
+  int64_t rows = 0;
+  int64_t input_bytes = 0;
+  int64_t output_bytes = 0;
+  int64_t staging_bytes = 0;
+  absl::Time closed_at;
+
+  bool is_backward() const { return !tasks.empty() && tasks.front()->kind == TaskKind::kBackward; }
+};
+
+}  // namespace normsvc::server

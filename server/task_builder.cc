@@ -1,0 +1,115 @@
+#include "server/task_builder.h"
+
+#include "server/staging_layout.h"
+#include "server/tensor_codec.h"
+
+namespace normsvc::server {
+namespace {
+
+int64_t Size(kernels::DType dtype) { return static_cast<int64_t>(kernels::DTypeSize(dtype)); }
+
+}  // namespace
+
+std::unique_ptr<Task> BuildForwardTask(const ForwardPlan& plan, const v1::NormalizeRequest& request,
+                                       v1::NormalizeResponse* response, absl::Time deadline,
+                                       TaskSink* sink) {
+  auto task = std::make_unique<Task>();
+  const TensorView& in = plan.input;
+  const auto& shape = request.input().shape();
+  const int rank = shape.size();
+  task->kind = TaskKind::kForward;
+  task->rows = in.rows;
+  task->hidden = in.hidden;
+  task->deadline = deadline;
+  task->sink = sink;
+  task->parameters = plan.parameters.set;
+
+  kernels::ForwardSegment& s = task->forward;
+  s.op = plan.op;
+  s.rows = in.rows;
+  s.hidden = in.hidden;
+  s.epsilon = plan.epsilon;
+  s.x_dtype = in.dtype;
+  s.out_dtype = plan.out_dtype;
+  s.param_dtype = plan.parameters.dtype;
+  s.x = in.data;
+  s.x_row_stride = in.hidden;
+  s.residual = plan.residual;
+  s.residual_row_stride = in.hidden;
+  s.gamma = plan.parameters.gamma;
+  s.beta = plan.parameters.beta;
+
+  const int64_t elements = in.rows * in.hidden;
+  s.out = AllocateTensor(response->mutable_output(), plan.out_dtype, shape, rank,
+                         elements * Size(plan.out_dtype));
+  s.out_row_stride = in.hidden;
+  task->output_bytes = elements * Size(plan.out_dtype);
+  if (plan.return_residual_sum) {
+    s.residual_out =
+        AllocateTensor(response->mutable_residual_sum(), in.dtype, shape, rank, in.bytes);
+    s.residual_out_row_stride = in.hidden;
+    task->output_bytes += in.bytes;
+  }
+  if (plan.return_statistics) {
+    if (plan.op == kernels::NormOp::kLayerNorm) {
+      s.mean = static_cast<float*>(AllocateTensor(response->mutable_mean(), kernels::DType::kF32,
+                                                  shape, rank - 1, in.rows * 4));
+      task->output_bytes += in.rows * 4;
+    }
+    s.rstd = static_cast<float*>(AllocateTensor(response->mutable_rstd(), kernels::DType::kF32,
+                                                shape, rank - 1, in.rows * 4));
+    task->output_bytes += in.rows * 4;
+  }
+  task->input_bytes = in.bytes * (plan.residual != nullptr ? 2 : 1) + plan.parameters.inline_bytes;
+  task->staging_bytes = TaskStagingBytes(*task);
+  return task;
+}
+
+std::unique_ptr<Task> BuildBackwardTask(const BackwardPlan& plan,
+                                        const v1::NormalizeBackwardRequest& request,
+                                        v1::NormalizeBackwardResponse* response,
+                                        absl::Time deadline, TaskSink* sink) {
+  auto task = std::make_unique<Task>();
+  const TensorView& in = plan.input;
+  const auto& shape = request.input().shape();
+  task->kind = TaskKind::kBackward;
+  task->rows = in.rows;
+  task->hidden = in.hidden;
+  task->deadline = deadline;
+  task->sink = sink;
+  task->parameters = plan.parameters.set;
+
+  kernels::BackwardArgs& b = task->backward;
+  b.op = plan.op;
+  b.rows = in.rows;
+  b.hidden = in.hidden;
+  b.epsilon = plan.epsilon;
+  b.x_dtype = in.dtype;
+  b.param_dtype = plan.parameters.dtype;
+  b.x = in.data;
+  b.x_row_stride = in.hidden;
+  b.dy = plan.grad_output;
+  b.dy_row_stride = in.hidden;
+  b.gamma = plan.parameters.gamma;
+  b.mean = plan.mean;
+  b.rstd = plan.rstd;
+  b.dx = AllocateTensor(response->mutable_grad_input(), in.dtype, shape, shape.size(), in.bytes);
+  b.dx_row_stride = in.hidden;
+  google::protobuf::RepeatedField<int64_t> param_shape;
+  param_shape.Add(in.hidden);
+  b.dgamma = static_cast<float*>(AllocateTensor(
+      response->mutable_grad_gamma(), kernels::DType::kF32, param_shape, 1, in.hidden * 4));
+  task->output_bytes = in.bytes + in.hidden * 4;
+  if (plan.op == kernels::NormOp::kLayerNorm) {
+    b.dbeta = static_cast<float*>(AllocateTensor(
+        response->mutable_grad_beta(), kernels::DType::kF32, param_shape, 1, in.hidden * 4));
+    task->output_bytes += in.hidden * 4;
+  }
+  task->input_bytes = 2 * in.bytes + plan.parameters.inline_bytes +
+                      (plan.mean != nullptr ? in.rows * 4 : 0) +
+                      (plan.rstd != nullptr ? in.rows * 4 : 0);
+  task->staging_bytes = TaskStagingBytes(*task);
+  return task;
+}
+
+}  // namespace normsvc::server

@@ -1,0 +1,89 @@
+// Edge validation: every request is checked here, before the server
+// allocates anything for it. A failure names the offending field:
+//   INVALID_ARGUMENT     malformed request, or beyond a configured size limit
+//   NOT_FOUND            a referenced parameter set does not exist
+//   FAILED_PRECONDITION  a referenced parameter set does not fit the request
+// What passes is a plan of views into the request; nothing is copied.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+#include "normsvc/kernels/types.h"
+#include "normsvc/v1/normalizer.pb.h"
+#include "server/parameter_store.h"
+
+namespace normsvc::server {
+
+namespace v1 = ::normsvc::v1;
+
+inline constexpr float kDefaultEpsilon = 1e-5f;
+
+struct RequestLimits {
+  int64_t max_hidden_size = 262144;
+  int64_t max_request_rows = 1048576;
+  int64_t max_request_bytes = int64_t{256} << 20;
+};
+
+// A validated activation tensor: rows x hidden, row-major, dense.
+struct TensorView {
+  kernels::DType dtype = kernels::DType::kF32;
+  const void* data = nullptr;
+  int64_t rows = 0;
+  int64_t hidden = 0;
+  int64_t bytes = 0;
+};
+
+// gamma/beta of a request: a registered set or inline views (or neither).
+struct ParameterViews {
+  std::shared_ptr<const ParameterSet> set;
+  kernels::DType dtype = kernels::DType::kF32;
+  const void* gamma = nullptr;  // inline only
+  const void* beta = nullptr;   // inline only
+  int64_t inline_bytes = 0;
+};
+
+struct ForwardPlan {
+  kernels::NormOp op = kernels::NormOp::kLayerNorm;
+  float epsilon = kDefaultEpsilon;
+  TensorView input;
+  const void* residual = nullptr;
+  kernels::DType out_dtype = kernels::DType::kF32;
+  bool return_residual_sum = false;
+  bool return_statistics = false;
+  ParameterViews parameters;
+};
+
+struct BackwardPlan {
+  kernels::NormOp op = kernels::NormOp::kLayerNorm;
+  float epsilon = kDefaultEpsilon;
+  TensorView input;
+  const void* grad_output = nullptr;
+  const float* mean = nullptr;  // optional saved statistics
+  const float* rstd = nullptr;
+  ParameterViews parameters;  // gamma only
+};
+
+struct RegisterPlan {
+  absl::string_view name;
+  int64_t hidden = 0;
+  kernels::DType dtype = kernels::DType::kF32;
+  absl::string_view gamma;  // empty: absent
+  absl::string_view beta;
+};
+
+absl::StatusOr<ForwardPlan> ValidateNormalize(const v1::NormalizeRequest& request,
+                                              const RequestLimits& limits,
+                                              const ParameterStore& store);
+absl::StatusOr<BackwardPlan> ValidateNormalizeBackward(const v1::NormalizeBackwardRequest& request,
+                                                       const RequestLimits& limits,
+                                                       const ParameterStore& store);
+absl::StatusOr<RegisterPlan> ValidateRegisterParameters(
+    const v1::RegisterParametersRequest& request, const RequestLimits& limits);
+// `field` names the field in messages ("name").
+absl::Status ValidateParameterSetName(absl::string_view name, absl::string_view field);
+
+}  // namespace normsvc::server

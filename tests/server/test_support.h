@@ -1,0 +1,88 @@
+// Shared by the server tests: random tensors in every dtype, the
+// independent double-precision oracles the results are checked against,
+// and an in-process server on a free loopback port.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "normsvc/kernels/types.h"
+#include "normsvc/v1/normalizer.grpc.pb.h"
+#include "server/options.h"
+#include "server/server.h"
+
+namespace normsvc::server::testing {
+
+namespace v1 = ::normsvc::v1;
+using kernels::DType;
+using kernels::NormOp;
+
+// A fresh seed per process, printed so a failure can be reproduced with
+// NORMSVC_TEST_SEED=<seed>.
+uint64_t TestSeed();
+
+// Values representable in `dtype` (drawn as offset + scale * N(0, 1)) and
+// their little-endian bytes.
+struct HostTensor {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  std::vector<double> values;  // exact decoded values
+  std::string bytes;
+};
+HostTensor RandomTensor(std::mt19937_64& rng, DType dtype, std::vector<int64_t> shape,
+                        double offset = 0.5, double scale = 2.0);
+v1::Tensor ToProto(const HostTensor& tensor);
+std::vector<double> Decode(const v1::Tensor& tensor);
+v1::DType ProtoDType(DType dtype);
+
+// Tolerance of a result stored in `dtype`: rounding of the output plus fp32
+// accumulation on the GPU, relative to 1 + |expected|.
+double Tolerance(DType dtype);
+
+// Forward oracle: inputs as the request carries them; gamma/beta decoded
+// (empty: absent). Checks output, residual_sum, mean and rstd.
+::testing::AssertionResult CheckForward(const v1::NormalizeRequest& request,
+                                        const std::vector<double>& gamma,
+                                        const std::vector<double>& beta,
+                                        const v1::NormalizeResponse& response);
+// Backward oracle (dx, dgamma, dbeta), in double.
+::testing::AssertionResult CheckBackward(const v1::NormalizeBackwardRequest& request,
+                                         const std::vector<double>& gamma,
+                                         const v1::NormalizeBackwardResponse& response);
+
+// Options for a test server: loopback, port 0, CPU backend, no metrics.
+ServerOptions TestServerOptions();
+// Starts a server (asserting success) on a free port.
+std::unique_ptr<Server> StartServer(const ServerOptions& options);
+std::unique_ptr<v1::Normalizer::Stub> Connect(int port);
+// A context with a deadline `seconds` from now.
+std::unique_ptr<grpc::ClientContext> ContextWithDeadline(double seconds = 30);
+
+// A forward request with random data.
+struct ForwardCase {
+  NormOp op = NormOp::kLayerNorm;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape = {4, 64};
+  std::optional<DType> output_dtype;
+  bool residual = false;
+  bool return_residual_sum = false;
+  bool return_statistics = false;
+  bool inline_gamma = false;
+  bool inline_beta = false;
+  std::optional<DType> param_dtype;  // default: the input dtype
+  float epsilon = 0;                 // 0: the server's default
+};
+struct ForwardRequest {
+  v1::NormalizeRequest request;
+  std::vector<double> gamma, beta;  // decoded inline parameters
+};
+ForwardRequest MakeForwardRequest(std::mt19937_64& rng, const ForwardCase& c, uint64_t id);
+
+}  // namespace normsvc::server::testing
