@@ -317,3 +317,17 @@ def test_autoscaling_targets_follow_the_batching_settings(overlay):
     assert delay_s + batch_s < wait <= delay_s + 4 * int(settings["NORMSVC_BATCHES_IN_FLIGHT"]) * batch_s \
         or name == "cpu", (wait, delay_s, batch_s)
     assert wait > delay_s
+
+
+@pytest.mark.skipif("NORMSVC_BINARY" not in __import__("os").environ,
+                    reason="needs NORMSVC_BINARY (the built server) to read its --help")
+def test_every_setting_is_a_flag_of_the_built_server(overlay):
+    """The server's own --help names the environment variable of each flag;
+    every NORMSVC_* the manifests set must be among them."""
+    import os
+    import subprocess
+    help_text = subprocess.run([os.environ["NORMSVC_BINARY"], "--help"], capture_output=True,
+                               text=True, timeout=30).stdout
+    documented = set(re.findall(r"\benv (NORMSVC_[A-Z0-9_]+)", help_text))
+    assert len(documented) >= len(SERVER_FLAGS) - 2, help_text
+    assert set(config_of(overlay[1])) <= documented
