@@ -24,9 +24,9 @@ uint16_t FloatToHalfBits(float value) {
   const uint32_t bits = FloatBits(value);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs_bits = bits & 0x7fffffffu;
-  if (abs_bits > 0x7f800000u) return sign | 0x7e00u;     // NaN (quiet)
-  if (abs_bits >= 0x477ff000u) return sign | 0x7c00u;    // overflow rounds to Inf
-  if (abs_bits >= 0x38800000u) {                         // normal half
+  if (abs_bits > 0x7f800000u) return sign | 0x7e00u;   // NaN (quiet)
+  if (abs_bits >= 0x477ff000u) return sign | 0x7c00u;  // overflow rounds to Inf
+  if (abs_bits >= 0x38800000u) {                       // normal half
     const uint32_t mantissa_odd = (abs_bits >> 13) & 1u;
     const uint32_t rounded = abs_bits + 0xfffu + mantissa_odd;  // RNE on 13 dropped bits
     return sign | static_cast<uint16_t>((rounded - 0x38000000u) >> 13);

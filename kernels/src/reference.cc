@@ -69,9 +69,9 @@ void ForwardRows(const ForwardSegment& s, const std::vector<double>& gamma,
       const char* res_row = ElementPtr(s.residual, s.x_dtype, r, s.residual_row_stride);
       for (int64_t i = 0; i < h; ++i) residual[i] = LoadAsFloat(res_row, s.x_dtype, i);
     }
-    RowResult row = ReferenceForwardRow(s.op, x.data(), residual.empty() ? nullptr : residual.data(),
-                                        gamma.empty() ? nullptr : gamma.data(),
-                                        beta.empty() ? nullptr : beta.data(), h, s.epsilon);
+    RowResult row = ReferenceForwardRow(
+        s.op, x.data(), residual.empty() ? nullptr : residual.data(),
+        gamma.empty() ? nullptr : gamma.data(), beta.empty() ? nullptr : beta.data(), h, s.epsilon);
     // ReferenceForwardRow normalizes the exact sum; recompute from the sum
     // rounded to x_dtype, which is what the contract normalizes.
     if (s.residual != nullptr) {
@@ -85,9 +85,9 @@ void ForwardRows(const ForwardSegment& s, const std::vector<double>& gamma,
         rounded[i] = LoadAsFloat(&scratch, s.x_dtype, 0);
         if (sum_row != nullptr) StoreFromDouble(sum_row, s.x_dtype, i, row.sum[i]);
       }
-      row = ReferenceForwardRow(s.op, rounded.data(), nullptr,
-                                gamma.empty() ? nullptr : gamma.data(),
-                                beta.empty() ? nullptr : beta.data(), h, s.epsilon);
+      row =
+          ReferenceForwardRow(s.op, rounded.data(), nullptr, gamma.empty() ? nullptr : gamma.data(),
+                              beta.empty() ? nullptr : beta.data(), h, s.epsilon);
     }
     char* out_row = ElementPtr(s.out, s.out_dtype, r, s.out_row_stride);
     for (int64_t i = 0; i < h; ++i) StoreFromDouble(out_row, s.out_dtype, i, row.y[i]);

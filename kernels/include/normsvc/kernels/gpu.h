@@ -25,6 +25,12 @@ std::size_t ForwardWorkspaceBytes(int segment_count);
 Status LaunchForward(const ForwardSegment* segments, int count, void* device_workspace,
                      std::size_t workspace_bytes, void* host_staging, cudaStream_t stream);
 
+// One segment without a segment table: the segment travels as a kernel
+// parameter, so there is no workspace, no upload and no table read (the
+// small-batch path). Same plan, hence the same result bits, as the segment
+// inside LaunchForward.
+Status LaunchForwardSegment(const ForwardSegment& segment, cudaStream_t stream);
+
 // Device memory LaunchBackward needs for its dgamma/dbeta partials.
 std::size_t BackwardWorkspaceBytes(int64_t rows, int64_t hidden);
 

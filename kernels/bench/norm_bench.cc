@@ -1,0 +1,308 @@
+// norm_bench: bandwidth of the LayerNorm/RMSNorm kernels against a
+// device-to-device copy of the same bytes, measured in the same run.
+//
+//   norm_bench [--json PATH] [--iterations N] [--quick]
+//
+// Large shapes: median of CUDA-event timings over N launches rotating among
+// 3 buffer sets of >= 64 MB each (the H200's L2 is 60 MB). GB/s counts the
+// minimum bytes: forward reads x (+gamma/beta) and writes out; backward reads
+// x and dy and writes dx. The copy moves the same number of bytes (read +
+// write). Small batches and multi-segment launches are timed per call from
+// CUDA graph replay.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench_timing.h"
+#include "launch_plan.h"
+#include "normsvc/kernels/gpu.h"
+
+namespace normsvc::bench {
+namespace {
+
+using kernels::BackwardArgs;
+using kernels::DType;
+using kernels::ForwardSegment;
+using kernels::NormOp;
+
+constexpr int kSets = 3;
+constexpr int64_t kElements = (int64_t{1} << 24) + (int64_t{1} << 16);
+
+struct Record {
+  std::string kind;  // forward, backward, small_batch, multi_segment
+  std::string op, dtype, plan;
+  int64_t rows = 0, hidden = 0;
+  double micros = 0, bytes = 0, copy_micros = 0;
+  double Gbps() const { return bytes / micros / 1e3; }
+  double CopyGbps() const { return bytes / copy_micros / 1e3; }
+};
+
+struct Pool {  // per dtype: x and out hold 1.5x elements for the backward copy
+  void* x[kSets];
+  void* dy[kSets];
+  void* out[kSets];
+  void* gamma;
+  void* beta;
+  float* mean;
+  float* rstd;
+};
+
+Pool MakePool(DType dtype) {
+  Pool p;
+  const std::size_t size = kernels::DTypeSize(dtype);
+  for (int s = 0; s < kSets; ++s) {
+    p.x[s] = RandomDeviceArray(dtype, kElements * 3 / 2, -2.0f, 2.0f, 11 + s);
+    p.dy[s] = RandomDeviceArray(dtype, kElements, -1.0f, 1.0f, 101 + s);
+    p.out[s] = DeviceArray(kElements * 3 / 2 * size);
+  }
+  p.gamma = RandomDeviceArray(dtype, 1 << 20, 0.5f, 1.5f, 7);
+  p.beta = RandomDeviceArray(dtype, 1 << 20, -0.5f, 0.5f, 8);
+  p.mean = static_cast<float*>(DeviceArray(kElements * sizeof(float)));
+  p.rstd = static_cast<float*>(DeviceArray(kElements * sizeof(float)));
+  return p;
+}
+
+std::string PlanName(const kernels::detail::KernelPlan& p) {
+  const char* layout[] = {"vector", "strided", "streamed"};
+  char text[96];
+  std::snprintf(text, sizeof(text), "%s V%d W%d RT%d G%d K%d", layout[static_cast<int>(p.layout)],
+                p.slots, p.width, p.row_threads, p.groups, p.cluster);
+  return text;
+}
+
+ForwardSegment Segment(NormOp op, DType dtype, int64_t rows, int64_t hidden, const void* x,
+                       void* out, const Pool& pool) {
+  ForwardSegment s;
+  s.op = op;
+  s.rows = rows;
+  s.hidden = hidden;
+  s.x_dtype = s.out_dtype = s.param_dtype = dtype;
+  s.x = x;
+  s.out = out;
+  s.x_row_stride = s.out_row_stride = hidden;
+  s.gamma = pool.gamma;
+  s.beta = op == NormOp::kLayerNorm ? pool.beta : nullptr;
+  return s;
+}
+
+Record Forward(NormOp op, DType dtype, int64_t hidden, const Pool& pool, int iterations,
+               cudaStream_t stream) {
+  const int64_t rows = (kElements - (int64_t{1} << 16) + hidden - 1) / hidden;
+  const std::size_t size = kernels::DTypeSize(dtype);
+  Record r{"forward",
+           kernels::NormOpName(op),
+           kernels::DTypeName(dtype),
+           PlanName(kernels::detail::PlanForward(hidden, dtype)),
+           rows,
+           hidden};
+  const int params = op == NormOp::kLayerNorm ? 2 : 1;
+  r.bytes = static_cast<double>(rows * hidden * 2 * size + params * hidden * size);
+  r.micros = MedianMicros(kSets, iterations, stream, [&](int s) {
+    CheckStatus(kernels::LaunchForwardSegment(
+                    Segment(op, dtype, rows, hidden, pool.x[s], pool.out[s], pool), stream),
+                "forward");
+  });
+  r.copy_micros = MedianMicros(kSets, iterations, stream, [&](int s) {
+    Check(cudaMemcpyAsync(pool.out[s], pool.x[s], static_cast<std::size_t>(r.bytes / 2),
+                          cudaMemcpyDeviceToDevice, stream),
+          "copy");
+  });
+  return r;
+}
+
+Record Backward(NormOp op, DType dtype, int64_t hidden, const Pool& pool, int iterations,
+                cudaStream_t stream) {
+  const int64_t rows = (kElements - (int64_t{1} << 16) + hidden - 1) / hidden;
+  const std::size_t size = kernels::DTypeSize(dtype);
+  Record r{"backward",
+           kernels::NormOpName(op),
+           kernels::DTypeName(dtype),
+           PlanName(kernels::detail::PlanBackward(hidden, dtype)),
+           rows,
+           hidden};
+  r.bytes = static_cast<double>(rows * hidden * 3 * size);
+  // Saved statistics from a forward pass over set 0 (all sets are alike).
+  ForwardSegment f = Segment(op, dtype, rows, hidden, pool.x[0], pool.out[0], pool);
+  f.mean = op == NormOp::kLayerNorm ? pool.mean : nullptr;
+  f.rstd = pool.rstd;
+  CheckStatus(kernels::LaunchForwardSegment(f, stream), "forward for statistics");
+  const std::size_t workspace_bytes = kernels::BackwardWorkspaceBytes(rows, hidden);
+  void* workspace = DeviceArray(workspace_bytes);
+  float* dgamma = static_cast<float*>(DeviceArray(2 * hidden * sizeof(float)));
+  r.micros = MedianMicros(kSets, iterations, stream, [&](int s) {
+    BackwardArgs a;
+    a.op = op;
+    a.rows = rows;
+    a.hidden = hidden;
+    a.x_dtype = a.param_dtype = dtype;
+    a.x = pool.x[s];
+    a.dy = pool.dy[s];
+    a.dx = pool.out[s];
+    a.x_row_stride = a.dy_row_stride = a.dx_row_stride = hidden;
+    a.gamma = pool.gamma;
+    a.mean = op == NormOp::kLayerNorm ? pool.mean : nullptr;
+    a.rstd = pool.rstd;
+    a.dgamma = dgamma;
+    a.dbeta = op == NormOp::kLayerNorm ? dgamma + hidden : nullptr;
+    CheckStatus(kernels::LaunchBackward(a, workspace, workspace_bytes, stream), "backward");
+  });
+  r.copy_micros = MedianMicros(kSets, iterations, stream, [&](int s) {
+    Check(cudaMemcpyAsync(pool.out[s], pool.x[s], static_cast<std::size_t>(r.bytes / 2),
+                          cudaMemcpyDeviceToDevice, stream),
+          "copy");
+  });
+  cudaFree(workspace);
+  cudaFree(dgamma);
+  return r;
+}
+
+// Per-call time of small LayerNorm batches (bf16, H = 4096) from graph replay.
+Record SmallBatch(int64_t rows, const Pool& pool, cudaStream_t stream) {
+  const int64_t hidden = 4096;
+  Record r{"small_batch", "layer_norm",
+           "bf16",        PlanName(kernels::detail::PlanForward(hidden, DType::kBF16)),
+           rows,          hidden};
+  r.bytes = static_cast<double>(rows * hidden * 2 * 2 + 2 * hidden * 2);
+  r.micros = GraphMicrosPerCall(100, 20, stream, [&](int i) {
+    const int s = i % kSets;
+    CheckStatus(kernels::LaunchForwardSegment(Segment(NormOp::kLayerNorm, DType::kBF16, rows,
+                                                      hidden, pool.x[s], pool.out[s], pool),
+                                              stream),
+                "small batch");
+  });
+  r.copy_micros = GraphMicrosPerCall(100, 20, stream, [&](int i) {
+    const int s = i % kSets;
+    Check(cudaMemcpyAsync(pool.out[s], pool.x[s], rows * hidden * 2, cudaMemcpyDeviceToDevice,
+                          stream),
+          "copy");
+  });
+  return r;
+}
+
+// 1,000 one-row segments of H = 4096 in one LaunchForward (table upload from
+// pinned staging included) against one 1000 x 4096 tensor ("copy" columns).
+Record MultiSegment(const Pool& pool, cudaStream_t stream, bool graph) {
+  const int64_t hidden = 4096, count = 1000;
+  Record r{graph ? "multi_segment_graph" : "multi_segment_events",
+           "layer_norm",
+           "bf16",
+           "1000 segments vs 1 tensor",
+           count,
+           hidden};
+  r.bytes = static_cast<double>(count * hidden * 2 * 2);
+  const std::size_t table_bytes = kernels::ForwardWorkspaceBytes(count);
+  void* workspace = DeviceArray(table_bytes);
+  // A staging buffer must stay untouched until its upload has run: one per
+  // call (event timing queues up to 59 calls ahead of the device).
+  constexpr int kStaging = 64;
+  std::vector<void*> staging(kStaging);
+  for (void*& p : staging) Check(cudaMallocHost(&p, table_bytes), "cudaMallocHost");
+  std::vector<ForwardSegment> segments[kSets];
+  for (int s = 0; s < kSets; ++s) {
+    for (int64_t i = 0; i < count; ++i) {
+      // Rows spread over the buffer, as a batch of independent requests is.
+      const int64_t row = (i * 7919) % count;
+      segments[s].push_back(Segment(NormOp::kLayerNorm, DType::kBF16, 1, hidden,
+                                    static_cast<const char*>(pool.x[s]) + row * hidden * 2,
+                                    static_cast<char*>(pool.out[s]) + row * hidden * 2, pool));
+    }
+  }
+  int calls = 0;
+  auto many = [&](int i) {
+    CheckStatus(kernels::LaunchForward(segments[i % kSets].data(), count, workspace, table_bytes,
+                                       staging[calls++ % kStaging], stream),
+                "multi-segment");
+  };
+  auto one = [&](int i) {
+    const int s = i % kSets;
+    CheckStatus(kernels::LaunchForwardSegment(Segment(NormOp::kLayerNorm, DType::kBF16, count,
+                                                      hidden, pool.x[s], pool.out[s], pool),
+                                              stream),
+                "one tensor");
+  };
+  r.micros =
+      graph ? GraphMicrosPerCall(1, 50, stream, many) : MedianMicros(kSets, 50, stream, many);
+  r.copy_micros =
+      graph ? GraphMicrosPerCall(1, 50, stream, one) : MedianMicros(kSets, 50, stream, one);
+  Check(cudaStreamSynchronize(stream), "synchronize");
+  for (void* p : staging) cudaFreeHost(p);
+  cudaFree(workspace);
+  return r;
+}
+
+void WriteJson(const char* path, const std::vector<Record>& records, const cudaDeviceProp& prop) {
+  FILE* f = std::fopen(path, "w");
+  if (f == nullptr) {
+    std::perror(path);
+    return;
+  }
+  std::fprintf(f, "{\"device\": \"%s\", \"sm_count\": %d, \"l2_bytes\": %d, \"records\": [\n",
+               prop.name, prop.multiProcessorCount, prop.l2CacheSize);
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const Record& r = records[i];
+    std::fprintf(f,
+                 "  {\"kind\": \"%s\", \"op\": \"%s\", \"dtype\": \"%s\", \"rows\": %lld, "
+                 "\"hidden\": %lld, \"plan\": \"%s\", \"micros\": %.3f, \"bytes\": %.0f, "
+                 "\"gbps\": %.1f, \"copy_micros\": %.3f, \"copy_gbps\": %.1f, "
+                 "\"ratio_to_copy\": %.4f}%s\n",
+                 r.kind.c_str(), r.op.c_str(), r.dtype.c_str(), static_cast<long long>(r.rows),
+                 static_cast<long long>(r.hidden), r.plan.c_str(), r.micros, r.bytes, r.Gbps(),
+                 r.copy_micros, r.CopyGbps(), r.copy_micros / r.micros,
+                 i + 1 < records.size() ? "," : "");
+  }
+  std::fprintf(f, "]}\n");
+  std::fclose(f);
+}
+
+}  // namespace
+}  // namespace normsvc::bench
+
+int main(int argc, char** argv) {
+  using namespace normsvc::bench;
+  const char* json = nullptr;
+  int iterations = 30;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
+      json = argv[++i];
+    else if (!std::strcmp(argv[i], "--iterations") && i + 1 < argc)
+      iterations = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--quick"))
+      quick = true;
+  }
+  cudaDeviceProp prop;
+  Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20);
+  cudaStream_t stream;
+  Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  std::vector<Record> records;
+  const std::vector<int64_t> hiddens =
+      quick ? std::vector<int64_t>{1024, 2049, 4096}
+            : std::vector<int64_t>{768, 1024, 2049, 4096, 8192, 16384, 65536};
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    const Pool pool = MakePool(dtype);
+    for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+      for (int64_t h : hiddens) records.push_back(Forward(op, dtype, h, pool, iterations, stream));
+      for (int64_t h : hiddens) records.push_back(Backward(op, dtype, h, pool, iterations, stream));
+    }
+    if (dtype == DType::kBF16) {
+      for (int64_t rows : {1, 8, 64}) records.push_back(SmallBatch(rows, pool, stream));
+      records.push_back(MultiSegment(pool, stream, false));
+      records.push_back(MultiSegment(pool, stream, true));
+    }
+  }
+  std::printf("%-22s %-10s %-5s %6s %6s %-26s %9s %8s %9s %8s %6s\n", "kind", "op", "dtype", "rows",
+              "H", "plan", "us", "GB/s", "copy us", "copy", "ratio");
+  for (const Record& r : records) {
+    std::printf("%-22s %-10s %-5s %6lld %6lld %-26s %9.2f %8.0f %9.2f %8.0f %6.3f\n",
+                r.kind.c_str(), r.op.c_str(), r.dtype.c_str(), static_cast<long long>(r.rows),
+                static_cast<long long>(r.hidden), r.plan.c_str(), r.micros, r.Gbps(), r.copy_micros,
+                r.CopyGbps(), r.copy_micros / r.micros);
+  }
+  if (json != nullptr) WriteJson(json, records, prop);
+  return 0;
+}

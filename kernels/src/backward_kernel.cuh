@@ -1,0 +1,261 @@
+// Backward LayerNorm / RMSNorm kernels (BackwardArgs in types.h has the
+// contract). Instantiated once per x dtype in backward_<dtype>.cu.
+//
+// Stage 1 (BackwardRowsKernel / BackwardStreamedKernel): the rows are split
+// into units of consecutive rows (launch_plan.h); a unit is one block (whose
+// row groups take rows round-robin) or one cluster. Per row:
+//   xhat = (x - mean) * rstd, g = dy * gamma,
+//   dx = rstd * ((g - sum(g)/H) - xhat * sum(g*xhat)/H)      (RMSNorm: no sum(g) term)
+// and each thread accumulates dy*xhat and dy for its own columns over its
+// rows. A unit then writes one row of fp32 partials (groups of a block are
+// combined in shared memory in group order).
+// Stage 2 (ColumnReduceKernel): dgamma/dbeta = sum of the partials over
+// units in a fixed order. No atomics: bitwise reproducible.
+#pragma once
+
+#include "device_access.cuh"
+#include "forward_kernel.cuh"
+#include "kernel_params.h"
+#include "row_reduce.cuh"
+
+namespace normsvc::kernels::detail {
+
+template <typename T, int W>
+__device__ __forceinline__ void LoadGamma(const BackwardParams& p, int64_t index, bool vectorized,
+                                          float (&g)[W]) {
+  if (p.gamma != nullptr) {
+    LoadParams<T, W>(p.gamma, p.param_dtype, index, vectorized, g);
+  } else {
+#pragma unroll
+    for (int j = 0; j < W; ++j) g[j] = 1.0f;
+  }
+}
+
+// Two blocks of 512 per SM (64 registers a thread) while a thread holds at most
+// 8 elements of a row; one (up to 128 registers) above that.
+template <typename T, int V, int W>
+__global__ void __launch_bounds__(512, V* W <= 8 ? 2 : 1)
+    BackwardRowsKernel(const BackwardParams p) {
+  __shared__ ReduceScratch scratch;
+  extern __shared__ float combine[];  // [groups][row_threads * V * W] when groups > 1
+  const RowShape& shape = p.shape;
+  RowTeam team;
+  team.row_threads = shape.row_threads;
+  team.cluster = shape.cluster;
+  int64_t unit = 0;
+  if (shape.cluster > 1) {
+    unit = blockIdx.x / shape.cluster;
+    team.rank = static_cast<int>(blockIdx.x % shape.cluster) * static_cast<int>(blockDim.x) +
+                static_cast<int>(threadIdx.x);
+    team.group = 0;
+  } else {
+    unit = blockIdx.x;
+    team.group = static_cast<int>(threadIdx.x) / shape.row_threads;
+    team.rank = static_cast<int>(threadIdx.x) % shape.row_threads;
+  }
+  const bool layer_norm = p.op == static_cast<uint8_t>(NormOp::kLayerNorm);
+  const bool vectorized = p.vectorized != 0;
+  const int chunks = p.hidden / W;
+  const float h = static_cast<float>(p.hidden);
+  const int64_t begin = unit * p.rows_per_unit;
+  const int64_t end = min(p.rows, begin + p.rows_per_unit);
+  const int iterations = static_cast<int>((end - begin + shape.groups - 1) / shape.groups);
+
+  float dgamma[V][W];
+  float dbeta[V][W];
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+#pragma unroll
+    for (int j = 0; j < W; ++j) dgamma[k][j] = dbeta[k][j] = 0.0f;
+  }
+
+  for (int it = 0; it < iterations; ++it) {
+    const int64_t row = begin + static_cast<int64_t>(it) * shape.groups + team.group;
+    const bool active = row < end;
+    const int slot = (it & 1) * 3;
+    const T* x_row = static_cast<const T*>(p.x) + row * p.x_stride;
+    const T* dy_row = static_cast<const T*>(p.dy) + row * p.dy_stride;
+    Pack<T, W> x[V];
+    Pack<T, W> dy[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const int chunk = k * team.row_threads + team.rank;
+      if (active && chunk < chunks) {
+        x[k] = LoadChunk<T, W>(x_row + static_cast<int64_t>(chunk) * W, vectorized);
+        dy[k] = LoadChunk<T, W>(dy_row + static_cast<int64_t>(chunk) * W, vectorized);
+      } else {
+#pragma unroll
+        for (int j = 0; j < W; ++j) x[k].e[j] = dy[k].e[j] = FromFloat<T>(0.0f);
+      }
+    }
+    RowStats stats;
+    if (p.rstd != nullptr) {
+      if (active) {
+        stats.rstd = p.rstd[row];
+        if (layer_norm) stats.mean_hi = p.mean[row];
+      }
+    } else {
+      stats =
+          RowStatistics<T, V, W>(x, chunks, p.hidden, p.epsilon, layer_norm, team, scratch, slot);
+    }
+    float sums[2] = {0.0f, 0.0f};  // sum(g), sum(g * xhat)
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const int chunk = k * team.row_threads + team.rank;
+      if (chunk < chunks) {
+        float gamma[W];
+        LoadGamma<T, W>(p, static_cast<int64_t>(chunk) * W, vectorized, gamma);
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+          const float xhat = ((ToFloat(x[k].e[j]) - stats.mean_hi) - stats.mean_lo) * stats.rstd;
+          const float g = ToFloat(dy[k].e[j]) * gamma[j];
+          sums[0] += g;
+          sums[1] = fmaf(g, xhat, sums[1]);
+        }
+      }
+    }
+    RowSum<2>(sums, team, scratch, slot + 2);
+    const float mean_g = layer_norm ? sums[0] / h : 0.0f;
+    const float mean_gx = sums[1] / h;
+    if (active) {
+      T* dx_row = static_cast<T*>(p.dx) + row * p.dx_stride;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const int chunk = k * team.row_threads + team.rank;
+        if (chunk < chunks) {
+          float gamma[W];
+          LoadGamma<T, W>(p, static_cast<int64_t>(chunk) * W, vectorized, gamma);
+          Pack<T, W> dx;
+#pragma unroll
+          for (int j = 0; j < W; ++j) {
+            const float dyv = ToFloat(dy[k].e[j]);
+            const float xhat = ((ToFloat(x[k].e[j]) - stats.mean_hi) - stats.mean_lo) * stats.rstd;
+            const float g = dyv * gamma[j];
+            dx.e[j] = FromFloat<T>(fmaf(-xhat, mean_gx, g - mean_g) * stats.rstd);
+            dgamma[k][j] = fmaf(dyv, xhat, dgamma[k][j]);
+            dbeta[k][j] += dyv;
+          }
+          StoreChunk<T, W>(dx_row + static_cast<int64_t>(chunk) * W, dx, vectorized);
+        }
+      }
+    }
+  }
+
+  // One row of partials per unit.
+  const int64_t partial_row = unit * static_cast<int64_t>(p.hidden);
+  float* partials[2] = {p.dgamma_partial, p.dbeta_partial};
+  if (shape.groups == 1) {
+#pragma unroll
+    for (int which = 0; which < 2; ++which) {
+      if (partials[which] == nullptr) continue;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const int chunk = k * team.row_threads + team.rank;
+        if (chunk < chunks) {
+          float* dst = partials[which] + partial_row + static_cast<int64_t>(chunk) * W;
+#pragma unroll
+          for (int j = 0; j < W; ++j) dst[j] = which == 0 ? dgamma[k][j] : dbeta[k][j];
+        }
+      }
+    }
+  } else {
+    const int capacity = team.row_threads * V * W;
+    for (int which = 0; which < 2; ++which) {
+      if (partials[which] == nullptr) continue;
+      __syncthreads();  // the previous round's readers are done with `combine`
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const int chunk = k * team.row_threads + team.rank;
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+          combine[team.group * capacity + chunk * W + j] = which == 0 ? dgamma[k][j] : dbeta[k][j];
+        }
+      }
+      __syncthreads();
+      for (int column = threadIdx.x; column < p.hidden; column += blockDim.x) {
+        float total = combine[column];
+        for (int gi = 1; gi < shape.groups; ++gi) total += combine[gi * capacity + column];
+        partials[which][partial_row + column] = total;
+      }
+    }
+  }
+  if (shape.cluster > 1) ClusterSync();
+}
+
+// Rows too long for registers: one block of 1024 threads per unit; x and dy
+// are re-read from global memory for each pass, partials accumulate in the
+// unit's own row of the workspace (each column owned by one thread).
+template <typename T>
+__global__ void __launch_bounds__(1024) BackwardStreamedKernel(const BackwardParams p) {
+  __shared__ ReduceScratch scratch;
+  RowTeam team;
+  team.row_threads = static_cast<int>(blockDim.x);
+  team.cluster = 1;
+  team.group = 0;
+  team.rank = static_cast<int>(threadIdx.x);
+  const int threads = team.row_threads;
+  const int64_t unit = blockIdx.x;
+  const bool layer_norm = p.op == static_cast<uint8_t>(NormOp::kLayerNorm);
+  const float h = static_cast<float>(p.hidden);
+  const int64_t begin = unit * p.rows_per_unit;
+  const int64_t end = min(p.rows, begin + p.rows_per_unit);
+  float* dgamma = p.dgamma_partial ? p.dgamma_partial + unit * p.hidden : nullptr;
+  float* dbeta = p.dbeta_partial ? p.dbeta_partial + unit * p.hidden : nullptr;
+
+  for (int64_t row = begin; row < end; ++row) {
+    const int slot = static_cast<int>((row - begin) & 1) * 3;
+    const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
+    const T* dy = static_cast<const T*>(p.dy) + row * p.dy_stride;
+    RowStats stats;
+    if (p.rstd != nullptr) {
+      stats.rstd = p.rstd[row];
+      if (layer_norm) stats.mean_hi = p.mean[row];
+    } else {
+      if (layer_norm) {
+        float sum[1] = {0.0f};
+        for (int e = team.rank; e < p.hidden; e += threads) sum[0] += ToFloat(x[e]);
+        RowSum<1>(sum, team, scratch, slot);
+        stats.mean_hi = sum[0] / h;
+      }
+      float moments[2] = {0.0f, 0.0f};
+      for (int e = team.rank; e < p.hidden; e += threads) {
+        const float d = ToFloat(x[e]) - stats.mean_hi;
+        moments[0] += d;
+        moments[1] = fmaf(d, d, moments[1]);
+      }
+      RowSum<2>(moments, team, scratch, slot + 1);
+      if (layer_norm) {
+        stats.mean_lo = moments[0] / h;
+        stats.rstd = RstdFromVariance(moments[1] / h - stats.mean_lo * stats.mean_lo, p.epsilon);
+      } else {
+        stats.rstd = RstdFromVariance(moments[1] / h, p.epsilon);
+      }
+    }
+    float sums[2] = {0.0f, 0.0f};
+    for (int e = team.rank; e < p.hidden; e += threads) {
+      float gamma[1];
+      LoadGamma<T, 1>(p, e, false, gamma);
+      const float xhat = ((ToFloat(x[e]) - stats.mean_hi) - stats.mean_lo) * stats.rstd;
+      const float g = ToFloat(dy[e]) * gamma[0];
+      sums[0] += g;
+      sums[1] = fmaf(g, xhat, sums[1]);
+    }
+    RowSum<2>(sums, team, scratch, slot + 2);
+    const float mean_g = layer_norm ? sums[0] / h : 0.0f;
+    const float mean_gx = sums[1] / h;
+    T* dx = static_cast<T*>(p.dx) + row * p.dx_stride;
+    const bool first = row == begin;
+    for (int e = team.rank; e < p.hidden; e += threads) {
+      float gamma[1];
+      LoadGamma<T, 1>(p, e, false, gamma);
+      const float dyv = ToFloat(dy[e]);
+      const float xhat = ((ToFloat(x[e]) - stats.mean_hi) - stats.mean_lo) * stats.rstd;
+      const float g = dyv * gamma[0];
+      dx[e] = FromFloat<T>(fmaf(-xhat, mean_gx, g - mean_g) * stats.rstd);
+      if (dgamma) dgamma[e] = first ? dyv * xhat : fmaf(dyv, xhat, dgamma[e]);
+      if (dbeta) dbeta[e] = first ? dyv : dbeta[e] + dyv;
+    }
+  }
+}
+
+}  // namespace normsvc::kernels::detail

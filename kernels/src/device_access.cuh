@@ -1,0 +1,179 @@
+// Element conversions and memory accesses shared by the kernels.
+//
+// A chunk is W contiguous elements of one row. With `vectorized` set, the
+// caller guarantees the chunk's address is aligned to the chunk's byte size
+// (or 16 bytes when larger), and a chunk is moved with 8/16-byte accesses;
+// otherwise it is moved element by element. Both give the same values, so
+// alignment never changes a result's bits.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "normsvc/kernels/types.h"
+
+namespace normsvc::kernels::detail {
+
+template <typename T, int W>
+struct alignas(sizeof(T) * W) Pack {
+  T e[W];
+};
+
+__device__ __forceinline__ float ToFloat(float v) { return v; }
+__device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T FromFloat(float v);
+template <>
+__device__ __forceinline__ float FromFloat<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half FromFloat<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// Activations are read and written once: streaming (evict-first) accesses
+// keep them from pushing gamma/beta and the segment table out of the caches.
+__device__ __forceinline__ float LoadStreaming(const float* p) { return __ldcs(p); }
+__device__ __forceinline__ __half LoadStreaming(const __half* p) {
+  return __ushort_as_half(__ldcs(reinterpret_cast<const unsigned short*>(p)));
+}
+__device__ __forceinline__ __nv_bfloat16 LoadStreaming(const __nv_bfloat16* p) {
+  return __ushort_as_bfloat16(__ldcs(reinterpret_cast<const unsigned short*>(p)));
+}
+__device__ __forceinline__ void StoreStreaming(float* p, float v) { __stcs(p, v); }
+__device__ __forceinline__ void StoreStreaming(__half* p, __half v) {
+  __stcs(reinterpret_cast<unsigned short*>(p), __half_as_ushort(v));
+}
+__device__ __forceinline__ void StoreStreaming(__nv_bfloat16* p, __nv_bfloat16 v) {
+  __stcs(reinterpret_cast<unsigned short*>(p), __bfloat16_as_ushort(v));
+}
+
+// Moves a Pack of 8, 16 or 32 bytes with vector accesses.
+template <typename T, int W>
+__device__ __forceinline__ void LoadPackVector(const T* p, Pack<T, W>& pack) {
+  constexpr int kBytes = static_cast<int>(sizeof(T)) * W;
+  if constexpr (kBytes == 8) {
+    *reinterpret_cast<uint2*>(&pack) = __ldcs(reinterpret_cast<const uint2*>(p));
+  } else {
+    static_assert(kBytes % 16 == 0, "vector packs are 8 or a multiple of 16 bytes");
+#pragma unroll
+    for (int q = 0; q < kBytes / 16; ++q) {
+      reinterpret_cast<uint4*>(&pack)[q] = __ldcs(reinterpret_cast<const uint4*>(p) + q);
+    }
+  }
+}
+
+template <typename T, int W>
+__device__ __forceinline__ void StorePackVector(T* p, const Pack<T, W>& pack) {
+  constexpr int kBytes = static_cast<int>(sizeof(T)) * W;
+  if constexpr (kBytes == 8) {
+    __stcs(reinterpret_cast<uint2*>(p), *reinterpret_cast<const uint2*>(&pack));
+  } else {
+    static_assert(kBytes % 16 == 0, "vector packs are 8 or a multiple of 16 bytes");
+#pragma unroll
+    for (int q = 0; q < kBytes / 16; ++q) {
+      __stcs(reinterpret_cast<uint4*>(p) + q, reinterpret_cast<const uint4*>(&pack)[q]);
+    }
+  }
+}
+
+template <typename T, int W>
+__device__ __forceinline__ Pack<T, W> LoadChunk(const T* p, bool vectorized) {
+  Pack<T, W> pack;
+  if constexpr (sizeof(T) * W >= 8) {
+    if (vectorized) {
+      LoadPackVector<T, W>(p, pack);
+      return pack;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < W; ++j) pack.e[j] = LoadStreaming(p + j);
+  return pack;
+}
+
+template <typename T, int W>
+__device__ __forceinline__ void StoreChunk(T* p, const Pack<T, W>& pack, bool vectorized) {
+  if constexpr (sizeof(T) * W >= 8) {
+    if (vectorized) {
+      StorePackVector<T, W>(p, pack);
+      return;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < W; ++j) StoreStreaming(p + j, pack.e[j]);
+}
+
+template <typename O, int W>
+__device__ __forceinline__ void StoreFloats(O* p, const float (&y)[W], bool vectorized) {
+  Pack<O, W> pack;
+#pragma unroll
+  for (int j = 0; j < W; ++j) pack.e[j] = FromFloat<O>(y[j]);
+  StoreChunk<O, W>(p, pack, vectorized);
+}
+
+// Writes W floats at element `index` of a row of runtime dtype `dtype`.
+template <int W>
+__device__ __forceinline__ void StoreOutput(void* row, uint8_t dtype, int64_t index,
+                                            const float (&y)[W], bool vectorized) {
+  switch (static_cast<DType>(dtype)) {
+    case DType::kF32:
+      StoreFloats<float, W>(static_cast<float*>(row) + index, y, vectorized);
+      break;
+    case DType::kF16:
+      StoreFloats<__half, W>(static_cast<__half*>(row) + index, y, vectorized);
+      break;
+    case DType::kBF16:
+      StoreFloats<__nv_bfloat16, W>(static_cast<__nv_bfloat16*>(row) + index, y, vectorized);
+      break;
+  }
+}
+
+// Parameters (gamma, beta) are shared by every row: read-only cached loads.
+template <typename P, int W>
+__device__ __forceinline__ void LoadParamsAs(const P* p, bool vectorized, float (&v)[W]) {
+  Pack<P, W> pack;
+  constexpr int kBytes = static_cast<int>(sizeof(P)) * W;
+  if constexpr (kBytes >= 16) {
+    if (vectorized) {
+#pragma unroll
+      for (int q = 0; q < kBytes / 16; ++q) {
+        reinterpret_cast<uint4*>(&pack)[q] = __ldg(reinterpret_cast<const uint4*>(p) + q);
+      }
+#pragma unroll
+      for (int j = 0; j < W; ++j) v[j] = ToFloat(pack.e[j]);
+      return;
+    }
+  }
+  if constexpr (kBytes == 8) {
+    if (vectorized) {
+      *reinterpret_cast<uint2*>(&pack) = __ldg(reinterpret_cast<const uint2*>(p));
+#pragma unroll
+      for (int j = 0; j < W; ++j) v[j] = ToFloat(pack.e[j]);
+      return;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < W; ++j) v[j] = ToFloat(p[j]);
+}
+
+// Reads W parameters at element `index`; `param_dtype` is fp32 or T.
+template <typename T, int W>
+__device__ __forceinline__ void LoadParams(const void* base, uint8_t param_dtype, int64_t index,
+                                           bool vectorized, float (&v)[W]) {
+  if (static_cast<DType>(param_dtype) == DType::kF32) {
+    LoadParamsAs<float, W>(static_cast<const float*>(base) + index, vectorized, v);
+  } else {
+    LoadParamsAs<T, W>(static_cast<const T*>(base) + index, vectorized, v);
+  }
+}
+
+}  // namespace normsvc::kernels::detail

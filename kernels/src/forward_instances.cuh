@@ -1,0 +1,30 @@
+// Maps a forward plan to its kernel instantiation for one x dtype T. The set
+// of (layout, slots) pairs here is exactly what PlanForward produces.
+#pragma once
+
+#include "forward_kernel.cuh"
+#include "kernel_registry.h"
+
+namespace normsvc::kernels::detail {
+
+template <typename T>
+ForwardKernel ForwardKernelFor(const KernelPlan& plan) {
+  constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
+  switch (plan.layout) {
+    case Layout::kVector:
+      if (plan.width != kVectorWidth) return nullptr;
+      if (plan.slots == 1) return ForwardRowsKernel<T, 1, kVectorWidth>;
+      if (plan.slots == 2) return ForwardRowsKernel<T, 2, kVectorWidth>;
+      if (plan.slots == 4) return ForwardRowsKernel<T, 4, kVectorWidth>;
+      return nullptr;
+    case Layout::kStrided:
+      if (plan.slots == 1) return ForwardRowsKernel<T, 1, 1>;
+      if (plan.slots == 16) return ForwardRowsKernel<T, 16, 1>;
+      return nullptr;
+    case Layout::kStreamed:
+      return ForwardStreamedKernel<T>;
+  }
+  return nullptr;
+}
+
+}  // namespace normsvc::kernels::detail

@@ -1,0 +1,236 @@
+// Forward LayerNorm / RMSNorm kernels. Instantiated once per x dtype in
+// forward_<dtype>.cu; launched by forward_launch.cu.
+//
+// Per row (ForwardSegment in types.h has the contract):
+//   v = round_T(x + residual)                      (kept in registers, as T)
+//   LayerNorm: mean_hi = sum(v)/H; d = v - mean_hi; mean_lo = sum(d)/H;
+//              var = sum(d^2)/H - mean_lo^2; y = ((v - mean_hi) - mean_lo) * rstd
+//   RMSNorm:   var = sum(v^2)/H; y = v * rstd
+//   rstd = 1/sqrt(var + eps) (epsilon inside the square root), all in fp32.
+// Sums are taken per thread in slot order, then by RowSum (row_reduce.cuh).
+#pragma once
+
+#include "device_access.cuh"
+#include "kernel_params.h"
+#include "row_reduce.cuh"
+#include "segment_lookup.cuh"
+
+namespace normsvc::kernels::detail {
+
+template <typename T, int W>
+__device__ __forceinline__ float PackSum(const Pack<T, W>& pack) {
+  float s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < W; ++j) s += ToFloat(pack.e[j]);
+  return s;
+}
+
+// One row's pointers, resolved once (typed, row offset applied).
+template <typename T>
+struct RowPointers {
+  const T* x;
+  const T* residual;
+  T* residual_out;
+  const void* gamma;
+  const void* beta;
+  void* out;
+  uint8_t out_dtype;
+  uint8_t param_dtype;
+};
+
+template <typename T>
+__device__ __forceinline__ RowPointers<T> ResolveRow(const DeviceSegment& s, int64_t row) {
+  RowPointers<T> r;
+  r.x = static_cast<const T*>(s.x) + row * s.x_stride;
+  r.residual = s.residual ? static_cast<const T*>(s.residual) + row * s.residual_stride : nullptr;
+  r.residual_out =
+      s.residual_out ? static_cast<T*>(s.residual_out) + row * s.residual_out_stride : nullptr;
+  r.gamma = s.gamma;
+  r.beta = s.beta;
+  r.out = static_cast<char*>(s.out) +
+          row * s.out_stride * static_cast<int64_t>(DTypeSize(static_cast<DType>(s.out_dtype)));
+  r.out_dtype = s.out_dtype;
+  r.param_dtype = s.param_dtype;
+  return r;
+}
+
+// Loads the chunk at element `index` of x, adds the residual, rounds to T and
+// writes residual_out; returns the rounded sum.
+template <typename T, int W>
+__device__ __forceinline__ Pack<T, W> LoadInput(const RowPointers<T>& r, int64_t index,
+                                                bool vectorized, bool write_residual_out) {
+  Pack<T, W> v = LoadChunk<T, W>(r.x + index, vectorized);
+  if (r.residual != nullptr) {
+    const Pack<T, W> res = LoadChunk<T, W>(r.residual + index, vectorized);
+#pragma unroll
+    for (int j = 0; j < W; ++j) v.e[j] = FromFloat<T>(ToFloat(v.e[j]) + ToFloat(res.e[j]));
+    if (write_residual_out && r.residual_out != nullptr) {
+      StoreChunk<T, W>(r.residual_out + index, v, vectorized);
+    }
+  }
+  return v;
+}
+
+// Normalizes the chunk at element `index` and writes it to out.
+template <typename T, int W>
+__device__ __forceinline__ void WriteOutput(const RowPointers<T>& r, int64_t index,
+                                            const Pack<T, W>& v, const RowStats& stats,
+                                            bool layer_norm, bool vectorized) {
+  float y[W];
+#pragma unroll
+  for (int j = 0; j < W; ++j) {
+    const float value = ToFloat(v.e[j]);
+    y[j] = layer_norm ? ((value - stats.mean_hi) - stats.mean_lo) * stats.rstd : value * stats.rstd;
+  }
+  if (r.gamma != nullptr) {
+    float g[W];
+    LoadParams<T, W>(r.gamma, r.param_dtype, index, vectorized, g);
+#pragma unroll
+    for (int j = 0; j < W; ++j) y[j] *= g[j];
+  }
+  if (r.beta != nullptr) {
+    float b[W];
+    LoadParams<T, W>(r.beta, r.param_dtype, index, vectorized, b);
+#pragma unroll
+    for (int j = 0; j < W; ++j) y[j] += b[j];
+  }
+  StoreOutput<W>(r.out, r.out_dtype, index, y, vectorized);
+}
+
+// Statistics of a row held in registers: slots[k] is chunk k * row_threads +
+// team.rank; chunks at or past `chunks` are zero and ignored.
+template <typename T, int V, int W>
+__device__ __forceinline__ RowStats RowStatistics(const Pack<T, W> (&v)[V], int chunks, int hidden,
+                                                  float epsilon, bool layer_norm,
+                                                  const RowTeam& team, ReduceScratch& scratch,
+                                                  int first_slot) {
+  RowStats stats;
+  const float h = static_cast<float>(hidden);
+  if (layer_norm) {
+    float sum[1] = {0.0f};
+#pragma unroll
+    for (int k = 0; k < V; ++k) sum[0] += PackSum<T, W>(v[k]);
+    RowSum<1>(sum, team, scratch, first_slot);
+    stats.mean_hi = sum[0] / h;
+  }
+  float moments[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    if (k * team.row_threads + team.rank < chunks) {
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        const float d = ToFloat(v[k].e[j]) - stats.mean_hi;
+        moments[0] += d;
+        moments[1] = fmaf(d, d, moments[1]);
+      }
+    }
+  }
+  RowSum<2>(moments, team, scratch, first_slot + 1);
+  if (layer_norm) {
+    stats.mean_lo = moments[0] / h;
+    stats.rstd = RstdFromVariance(moments[1] / h - stats.mean_lo * stats.mean_lo, epsilon);
+  } else {
+    stats.rstd = RstdFromVariance(moments[1] / h, epsilon);
+  }
+  return stats;
+}
+
+// Two blocks of 512 per SM (64 registers a thread) while a thread holds at most
+// 16 elements of a row; one (up to 128 registers) above that.
+template <typename T, int V, int W>
+__global__ void __launch_bounds__(512, V* W <= 16 ? 2 : 1)
+    ForwardRowsKernel(const ForwardParams p) {
+  __shared__ ReduceScratch scratch;
+  int64_t row = 0;
+  const RowTeam team = MakeTeam(p.shape, &row);
+  const bool active = row < p.total_rows;
+  const int64_t block_row =
+      p.shape.cluster > 1 ? row : static_cast<int64_t>(blockIdx.x) * p.shape.groups;
+  int64_t local_row = 0;
+  const DeviceSegment s = LocateSegment(p, block_row, active ? row : p.total_rows - 1, &local_row);
+  const bool layer_norm = s.op == static_cast<uint8_t>(NormOp::kLayerNorm);
+  const bool vectorized = s.vectorized != 0;
+  const int chunks = s.hidden / W;
+  const RowPointers<T> r = ResolveRow<T>(s, local_row);
+
+  Pack<T, W> v[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int chunk = k * team.row_threads + team.rank;
+    if (active && chunk < chunks) {
+      v[k] = LoadInput<T, W>(r, static_cast<int64_t>(chunk) * W, vectorized, true);
+    } else {
+#pragma unroll
+      for (int j = 0; j < W; ++j) v[k].e[j] = FromFloat<T>(0.0f);
+    }
+  }
+
+  const RowStats stats =
+      RowStatistics<T, V, W>(v, chunks, s.hidden, s.epsilon, layer_norm, team, scratch, 0);
+
+  if (active) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const int chunk = k * team.row_threads + team.rank;
+      if (chunk < chunks) {
+        WriteOutput<T, W>(r, static_cast<int64_t>(chunk) * W, v[k], stats, layer_norm, vectorized);
+      }
+    }
+    if (team.rank == 0) {
+      if (s.mean != nullptr) s.mean[local_row] = stats.mean_hi + stats.mean_lo;
+      if (s.rstd != nullptr) s.rstd[local_row] = stats.rstd;
+    }
+  }
+  // No block of a cluster may exit while another still reads its shared memory.
+  if (p.shape.cluster > 1) ClusterSync();
+}
+
+// Rows too long for registers: one block of 1024 threads per row, three
+// passes over global memory (element e belongs to thread e % 1024).
+template <typename T>
+__global__ void __launch_bounds__(1024) ForwardStreamedKernel(const ForwardParams p) {
+  __shared__ ReduceScratch scratch;
+  int64_t row = 0;
+  const RowTeam team = MakeTeam(p.shape, &row);
+  int64_t local_row = 0;
+  const DeviceSegment s = LocateSegment(p, row, row, &local_row);
+  const bool layer_norm = s.op == static_cast<uint8_t>(NormOp::kLayerNorm);
+  const int threads = team.row_threads;
+  const float h = static_cast<float>(s.hidden);
+  const RowPointers<T> r = ResolveRow<T>(s, local_row);
+  // Recomputing v in each pass gives the same value; only the last pass
+  // writes residual_out.
+
+  RowStats stats;
+  if (layer_norm) {
+    float sum[1] = {0.0f};
+    for (int e = team.rank; e < s.hidden; e += threads) {
+      sum[0] += ToFloat(LoadInput<T, 1>(r, e, false, false).e[0]);
+    }
+    RowSum<1>(sum, team, scratch, 0);
+    stats.mean_hi = sum[0] / h;
+  }
+  float moments[2] = {0.0f, 0.0f};
+  for (int e = team.rank; e < s.hidden; e += threads) {
+    const float d = ToFloat(LoadInput<T, 1>(r, e, false, false).e[0]) - stats.mean_hi;
+    moments[0] += d;
+    moments[1] = fmaf(d, d, moments[1]);
+  }
+  RowSum<2>(moments, team, scratch, 1);
+  if (layer_norm) {
+    stats.mean_lo = moments[0] / h;
+    stats.rstd = RstdFromVariance(moments[1] / h - stats.mean_lo * stats.mean_lo, s.epsilon);
+  } else {
+    stats.rstd = RstdFromVariance(moments[1] / h, s.epsilon);
+  }
+  for (int e = team.rank; e < s.hidden; e += threads) {
+    const Pack<T, 1> v = LoadInput<T, 1>(r, e, false, true);
+    WriteOutput<T, 1>(r, e, v, stats, layer_norm, false);
+  }
+  if (team.rank == 0) {
+    if (s.mean != nullptr) s.mean[local_row] = stats.mean_hi + stats.mean_lo;
+    if (s.rstd != nullptr) s.rstd[local_row] = stats.rstd;
+  }
+}
+
+}  // namespace normsvc::kernels::detail

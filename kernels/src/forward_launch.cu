@@ -1,0 +1,223 @@
+// Host side of the forward pass: validation, grouping of segments by launch
+// plan, the segment table upload, one kernel launch per plan.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernel_params.h"
+#include "kernel_registry.h"
+#include "launch_common.h"
+#include "launch_plan.h"
+#include "normsvc/kernels/gpu.h"
+
+namespace normsvc::kernels {
+namespace detail {
+
+ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan) {
+  switch (x_dtype) {
+    case DType::kF32:
+      return FindForwardKernelF32(plan);
+    case DType::kF16:
+      return FindForwardKernelF16(plan);
+    case DType::kBF16:
+      return FindForwardKernelBF16(plan);
+  }
+  return nullptr;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::DeviceSegment;
+using detail::ForwardParams;
+using detail::KernelPlan;
+using detail::Layout;
+
+constexpr std::size_t kTableEntryBytes = sizeof(DeviceSegment) + sizeof(int64_t);
+
+// Everything that selects a kernel and its launch shape, and the op (rows of
+// one block must take the same reduction steps); segments with equal keys
+// share one launch.
+auto PlanKey(const ForwardSegment& s, const KernelPlan& plan) {
+  return std::make_tuple(static_cast<int>(s.x_dtype), static_cast<int>(s.op),
+                         static_cast<int>(plan.layout), plan.slots, plan.width, plan.row_threads,
+                         plan.cluster, plan.block_threads);
+}
+
+DeviceSegment ToDevice(const ForwardSegment& s, const KernelPlan& plan, int64_t first_row) {
+  DeviceSegment d = {};
+  d.x = s.x;
+  d.residual = s.residual;
+  d.residual_out = s.residual_out;
+  d.gamma = s.gamma;
+  d.beta = s.beta;
+  d.out = s.out;
+  d.mean = s.mean;
+  d.rstd = s.rstd;
+  d.x_stride = s.x_row_stride;
+  d.residual_stride = s.residual_row_stride;
+  d.residual_out_stride = s.residual_out_row_stride;
+  d.out_stride = s.out_row_stride;
+  d.first_row = first_row;
+  d.hidden = static_cast<int32_t>(s.hidden);
+  d.epsilon = s.epsilon;
+  d.op = static_cast<uint8_t>(s.op);
+  d.out_dtype = static_cast<uint8_t>(s.out_dtype);
+  d.param_dtype = static_cast<uint8_t>(s.param_dtype);
+  const bool vectorized =
+      plan.layout == Layout::kVector &&
+      detail::AllowsVectors(s.x, s.rows, s.x_row_stride, s.x_dtype) &&
+      detail::AllowsVectors(s.residual, s.rows, s.residual_row_stride, s.x_dtype) &&
+      detail::AllowsVectors(s.residual_out, s.rows, s.residual_out_row_stride, s.x_dtype) &&
+      detail::AllowsVectors(s.out, s.rows, s.out_row_stride, s.out_dtype) &&
+      detail::AllowsVectors(s.gamma, 1, 0, s.param_dtype) &&
+      detail::AllowsVectors(s.beta, 1, 0, s.param_dtype);
+  d.vectorized = vectorized ? 1 : 0;
+  return d;
+}
+
+int64_t BlocksFor(const KernelPlan& plan, int64_t rows) {
+  if (plan.cluster > 1) return rows * plan.cluster;
+  return (rows + plan.groups - 1) / plan.groups;
+}
+
+Status LaunchOneGroup(DType x_dtype, const KernelPlan& plan, const ForwardParams& params,
+                      cudaStream_t stream) {
+  return detail::LaunchWithPlan(detail::FindForwardKernel(x_dtype, plan), plan,
+                                BlocksFor(plan, params.total_rows), 0, params, stream);
+}
+
+}  // namespace
+
+std::size_t ForwardWorkspaceBytes(int segment_count) {
+  if (segment_count <= 0) return 0;
+  const std::size_t bytes = static_cast<std::size_t>(segment_count) * kTableEntryBytes;
+  return (bytes + 255) / 256 * 256;
+}
+
+Status LaunchForwardSegment(const ForwardSegment& segment, cudaStream_t stream) {
+  if (Status st = ValidateForwardSegment(segment); !st.ok()) return st;
+  if (segment.rows == 0) return Status::Ok();
+  const KernelPlan plan = detail::PlanForward(segment.hidden, segment.x_dtype);
+  ForwardParams params = {};
+  params.segment_count = 1;
+  params.shape = detail::ShapeOf(plan);
+  params.total_rows = segment.rows;
+  params.single = ToDevice(segment, plan, 0);
+  return LaunchOneGroup(segment.x_dtype, plan, params, stream);
+}
+
+Status LaunchForward(const ForwardSegment* segments, int count, void* device_workspace,
+                     std::size_t workspace_bytes, void* host_staging, cudaStream_t stream) {
+  if (count < 0 || (count > 0 && segments == nullptr)) {
+    return detail::InvalidArgument("segments must not be null and count must be >= 0");
+  }
+  for (int i = 0; i < count; ++i) {
+    if (Status st = ValidateForwardSegment(segments[i]); !st.ok()) {
+      return Status(st.code(), "segment " + std::to_string(i) + ": " + st.message());
+    }
+  }
+
+  struct Entry {
+    int index;
+    KernelPlan plan;
+  };
+  std::vector<Entry> entries;
+  entries.reserve(count);
+  for (int i = 0; i < count; ++i) {
+    if (segments[i].rows == 0) continue;
+    entries.push_back({i, detail::PlanForward(segments[i].hidden, segments[i].x_dtype)});
+  }
+  if (entries.empty()) return Status::Ok();
+  std::stable_sort(entries.begin(), entries.end(), [&](const Entry& a, const Entry& b) {
+    return PlanKey(segments[a.index], a.plan) < PlanKey(segments[b.index], b.plan);
+  });
+
+  // Groups of equal plans: [start, end) ranges of `entries`.
+  std::vector<std::pair<std::size_t, std::size_t>> groups;
+  bool needs_table = false;
+  for (std::size_t start = 0; start < entries.size();) {
+    std::size_t end = start + 1;
+    const auto key = PlanKey(segments[entries[start].index], entries[start].plan);
+    while (end < entries.size() &&
+           PlanKey(segments[entries[end].index], entries[end].plan) == key) {
+      ++end;
+    }
+    needs_table = needs_table || end - start > 1;
+    groups.emplace_back(start, end);
+    start = end;
+  }
+
+  const std::size_t n = entries.size();
+  const std::size_t table_bytes = n * kTableEntryBytes;
+  std::vector<unsigned char> pageable;
+  unsigned char* table_host = nullptr;
+  if (needs_table) {
+    if (device_workspace == nullptr || workspace_bytes < ForwardWorkspaceBytes(count)) {
+      return detail::InvalidArgument(
+          "a multi-segment launch needs a device workspace of ForwardWorkspaceBytes(" +
+          std::to_string(count) + ") = " + std::to_string(ForwardWorkspaceBytes(count)) +
+          " bytes, got " + std::to_string(device_workspace ? workspace_bytes : 0));
+    }
+    if (host_staging != nullptr) {
+      table_host = static_cast<unsigned char*>(host_staging);
+    } else {
+      pageable.resize(table_bytes);
+      table_host = pageable.data();
+    }
+  }
+
+  std::vector<ForwardParams> launches;
+  launches.reserve(groups.size());
+  auto* table_rows = reinterpret_cast<DeviceSegment*>(table_host);
+  auto* first_rows = reinterpret_cast<int64_t*>(table_host + n * sizeof(DeviceSegment));
+  auto* device_rows = static_cast<DeviceSegment*>(device_workspace);
+  auto* device_first_rows = reinterpret_cast<int64_t*>(
+      static_cast<unsigned char*>(device_workspace) + n * sizeof(DeviceSegment));
+  for (const auto& [start, end] : groups) {
+    ForwardParams params = {};
+    const KernelPlan& plan = entries[start].plan;
+    params.shape = detail::ShapeOf(plan);
+    params.segment_count = static_cast<int32_t>(end - start);
+    int64_t rows = 0;
+    for (std::size_t e = start; e < end; ++e) {
+      const ForwardSegment& s = segments[entries[e].index];
+      const DeviceSegment d = ToDevice(s, plan, rows);
+      if (end - start == 1) {
+        params.single = d;
+      } else {
+        std::memcpy(&table_rows[e], &d, sizeof(d));
+        std::memcpy(&first_rows[e], &rows, sizeof(rows));
+      }
+      rows += s.rows;
+    }
+    params.total_rows = rows;
+    if (end - start > 1) {
+      params.table = device_rows + start;
+      params.first_rows = device_first_rows + start;
+    }
+    launches.push_back(params);
+  }
+
+  if (needs_table) {
+    if (Status st = detail::FromCuda("segment table upload",
+                                     cudaMemcpyAsync(device_workspace, table_host, table_bytes,
+                                                     cudaMemcpyHostToDevice, stream));
+        !st.ok()) {
+      return st;
+    }
+  }
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const Entry& first = entries[groups[g].first];
+    if (Status st = LaunchOneGroup(segments[first.index].x_dtype, first.plan, launches[g], stream);
+        !st.ok()) {
+      return st;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace normsvc::kernels

@@ -1,0 +1,74 @@
+// Parameter blocks passed by value to the kernels, and the device-side
+// segment table that a multi-segment forward launch reads. Plain structs,
+// shared by host (launchers) and device (kernels) code.
+#pragma once
+
+#include <cstdint>
+
+namespace normsvc::kernels::detail {
+
+// One forward segment as the kernels see it. Strides are in elements.
+struct DeviceSegment {
+  const void* x;
+  const void* residual;
+  void* residual_out;
+  const void* gamma;
+  const void* beta;
+  void* out;
+  float* mean;
+  float* rstd;
+  int64_t x_stride;
+  int64_t residual_stride;
+  int64_t residual_out_stride;
+  int64_t out_stride;
+  int64_t first_row;  // this segment's row 0, counted over the rows of its launch
+  int32_t hidden;
+  float epsilon;
+  uint8_t op;           // NormOp
+  uint8_t out_dtype;    // DType
+  uint8_t param_dtype;  // DType
+  uint8_t vectorized;   // 1: every pointer and row pitch allows 16-byte accesses
+  uint32_t reserved;
+};
+
+// How threads map onto rows (see launch_plan.h).
+struct RowShape {
+  int32_t row_threads;
+  int32_t groups;
+  int32_t cluster;
+};
+
+struct ForwardParams {
+  // Segments sorted by first_row, and that column alone (for the search).
+  // When segment_count == 1 the table is not read: `single` holds it.
+  const DeviceSegment* table;
+  const int64_t* first_rows;
+  int32_t segment_count;
+  RowShape shape;
+  int64_t total_rows;
+  DeviceSegment single;
+};
+
+struct BackwardParams {
+  const void* x;
+  const void* dy;
+  const void* gamma;
+  const float* mean;
+  const float* rstd;
+  void* dx;
+  float* dgamma_partial;  // [units][hidden], null when dgamma is not wanted
+  float* dbeta_partial;   // [units][hidden], null when dbeta is not wanted
+  int64_t x_stride;
+  int64_t dy_stride;
+  int64_t dx_stride;
+  int64_t rows;
+  int64_t rows_per_unit;
+  int32_t hidden;
+  float epsilon;
+  RowShape shape;
+  uint8_t op;
+  uint8_t param_dtype;
+  uint8_t vectorized;
+};
+
+}  // namespace normsvc::kernels::detail

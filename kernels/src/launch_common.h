@@ -1,0 +1,69 @@
+// Helpers shared by the host launchers (forward_launch.cu, backward_launch.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernel_params.h"
+#include "launch_plan.h"
+#include "normsvc/kernels/types.h"
+
+namespace normsvc::kernels::detail {
+
+inline Status InvalidArgument(std::string message) {
+  return Status(Code::kInvalidArgument, std::move(message));
+}
+
+inline Status FromCuda(const char* what, cudaError_t error) {
+  if (error == cudaSuccess) return Status::Ok();
+  return Status(error == cudaErrorMemoryAllocation ? Code::kResourceExhausted : Code::kInternal,
+                std::string(what) + ": " + cudaGetErrorString(error));
+}
+
+inline bool IsAligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// A tensor of `rows` rows allows 16-byte chunk accesses when its base is
+// 16-byte aligned and, for more than one row, its row pitch is a multiple of
+// 16 bytes. Null (absent) tensors do not constrain.
+inline bool AllowsVectors(const void* base, int64_t rows, int64_t row_stride, DType dtype) {
+  if (base == nullptr) return true;
+  if (!IsAligned16(base)) return false;
+  return rows <= 1 || (row_stride * static_cast<int64_t>(DTypeSize(dtype))) % 16 == 0;
+}
+
+inline RowShape ShapeOf(const KernelPlan& plan) {
+  RowShape shape;
+  shape.row_threads = plan.row_threads;
+  shape.groups = plan.groups;
+  shape.cluster = plan.cluster;
+  return shape;
+}
+
+// Launches `kernel` with `blocks` blocks of the plan's size, as clusters of
+// plan.cluster blocks when that is more than one.
+template <typename Params>
+Status LaunchWithPlan(void (*kernel)(Params), const KernelPlan& plan, int64_t blocks,
+                      std::size_t dynamic_smem, const Params& params, cudaStream_t stream) {
+  if (kernel == nullptr) return Status(Code::kInternal, "no kernel instantiation for this plan");
+  if (blocks <= 0) return Status::Ok();
+  if (blocks > INT32_MAX) return InvalidArgument("too many rows for one launch");
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(static_cast<unsigned>(plan.block_threads));
+  config.dynamicSmemBytes = dynamic_smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  if (plan.cluster > 1) {
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = static_cast<unsigned>(plan.cluster);
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  return FromCuda("kernel launch", cudaLaunchKernelEx(&config, kernel, params));
+}
+
+}  // namespace normsvc::kernels::detail

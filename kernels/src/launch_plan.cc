@@ -1,0 +1,152 @@
+#include "launch_plan.h"
+
+#include <algorithm>
+
+namespace normsvc::kernels::detail {
+namespace {
+
+// Register-resident rows use blocks of at most this many threads (so the
+// compiler may give each thread up to 128 registers), clusters of at most 8
+// blocks (the portable cluster size).
+constexpr int kMaxBlockThreads = 512;
+constexpr int kMaxCluster = 8;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int PowerOfTwoAtLeast(int64_t n) {
+  int p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+int PowerOfTwoAtMost(int64_t n) {
+  int p = 1;
+  while (static_cast<int64_t>(p) * 2 <= n) p <<= 1;
+  return p;
+}
+
+// Rows per block for rows handled by at most one block: enough rows that a
+// block has 256 threads.
+KernelPlan InBlock(Layout layout, int slots, int width, int row_threads) {
+  KernelPlan plan;
+  plan.layout = layout;
+  plan.slots = slots;
+  plan.width = width;
+  plan.row_threads = row_threads;
+  plan.cluster = 1;
+  plan.block_threads = std::max(row_threads, 256);
+  plan.groups = plan.block_threads / row_threads;
+  return plan;
+}
+
+KernelPlan InCluster(Layout layout, int slots, int width, int block_threads, int cluster) {
+  KernelPlan plan;
+  plan.layout = layout;
+  plan.slots = slots;
+  plan.width = width;
+  plan.row_threads = block_threads * cluster;
+  plan.cluster = cluster;
+  plan.block_threads = block_threads;
+  plan.groups = 1;
+  return plan;
+}
+
+KernelPlan Streamed() {
+  KernelPlan plan;
+  plan.layout = Layout::kStreamed;
+  plan.slots = 0;
+  plan.width = 1;
+  plan.row_threads = kStreamedThreads;
+  plan.block_threads = kStreamedThreads;
+  plan.groups = 1;
+  return plan;
+}
+
+}  // namespace
+
+int64_t KernelPlan::Capacity() const {
+  if (layout == Layout::kStreamed) return kMaxHidden;
+  return static_cast<int64_t>(row_threads) * slots * width;
+}
+
+int VectorWidth(DType dtype) { return static_cast<int>(16 / DTypeSize(dtype)); }
+
+// Forward: up to 4 chunks (64 bytes of x) per thread in the vector layout and
+// 16 elements per thread in the strided one; a row takes one warp or less up
+// to 128 chunks, one block (at most kMaxBlockThreads) up to 2048 chunks, then
+// a cluster of up to 8 blocks.
+KernelPlan PlanForward(int64_t hidden, DType x_dtype) {
+  const int w = VectorWidth(x_dtype);
+  if (hidden % w == 0) {
+    const int64_t chunks = hidden / w;
+    if (chunks <= 32) return InBlock(Layout::kVector, 1, w, PowerOfTwoAtLeast(chunks));
+    if (chunks <= 64) return InBlock(Layout::kVector, 2, w, 32);
+    if (chunks <= 4 * kMaxBlockThreads) {
+      return InBlock(Layout::kVector, 4, w, std::max(32, PowerOfTwoAtLeast(CeilDiv(chunks, 4))));
+    }
+    if (chunks <= 4 * kMaxBlockThreads * kMaxCluster) {
+      return InCluster(Layout::kVector, 4, w, kMaxBlockThreads,
+                       static_cast<int>(CeilDiv(chunks, 4 * kMaxBlockThreads)));
+    }
+    return Streamed();
+  }
+  if (hidden <= 32) return InBlock(Layout::kStrided, 1, 1, PowerOfTwoAtLeast(hidden));
+  if (hidden <= 512) return InBlock(Layout::kStrided, 16, 1, 32);
+  if (hidden <= 16 * kMaxBlockThreads) {
+    return InBlock(Layout::kStrided, 16, 1,
+                   std::clamp(PowerOfTwoAtMost(hidden / 8), 64, kMaxBlockThreads));
+  }
+  if (hidden <= 16 * kMaxBlockThreads * kMaxCluster) {
+    return InCluster(Layout::kStrided, 16, 1, kMaxBlockThreads,
+                     static_cast<int>(CeilDiv(hidden, 16 * kMaxBlockThreads)));
+  }
+  return Streamed();
+}
+
+// Backward holds x, dy and the dgamma/dbeta accumulators per thread: 8
+// elements per thread in the vector layout (16 only for the largest clustered
+// rows), 8 in the strided one.
+KernelPlan PlanBackward(int64_t hidden, DType x_dtype) {
+  const int w = VectorWidth(x_dtype);
+  if (hidden % w == 0) {
+    const int64_t chunks = hidden / w;
+    const int slots = 8 / w;  // 1 for 16-bit dtypes, 2 for fp32
+    if (chunks <= 32) return InBlock(Layout::kVector, 1, w, PowerOfTwoAtLeast(chunks));
+    if (chunks <= slots * kMaxBlockThreads) {
+      return InBlock(Layout::kVector, slots, w,
+                     std::max(32, PowerOfTwoAtLeast(CeilDiv(chunks, slots))));
+    }
+    for (const int s : {slots, 2 * slots}) {
+      if (chunks <= static_cast<int64_t>(s) * kMaxBlockThreads * kMaxCluster) {
+        return InCluster(Layout::kVector, s, w, kMaxBlockThreads,
+                         static_cast<int>(CeilDiv(chunks, s * kMaxBlockThreads)));
+      }
+    }
+    return Streamed();
+  }
+  if (hidden <= 32) return InBlock(Layout::kStrided, 1, 1, PowerOfTwoAtLeast(hidden));
+  if (hidden <= 256) return InBlock(Layout::kStrided, 8, 1, 32);
+  if (hidden <= 8 * kMaxBlockThreads) {
+    return InBlock(Layout::kStrided, 8, 1,
+                   std::clamp(PowerOfTwoAtMost(hidden / 4), 64, kMaxBlockThreads));
+  }
+  if (hidden <= 8 * kMaxBlockThreads * kMaxCluster) {
+    return InCluster(Layout::kStrided, 8, 1, kMaxBlockThreads,
+                     static_cast<int>(CeilDiv(hidden, 8 * kMaxBlockThreads)));
+  }
+  return Streamed();
+}
+
+BackwardUnits PlanBackwardUnits(int64_t rows, int64_t hidden, DType x_dtype) {
+  BackwardUnits result;
+  if (rows <= 0) return result;
+  const KernelPlan plan = PlanBackward(hidden, x_dtype);
+  const int64_t unit_threads = static_cast<int64_t>(plan.block_threads) * plan.cluster;
+  const int64_t cap = std::max<int64_t>(1, kBackwardThreadBudget / unit_threads);
+  const int64_t wanted = std::min(cap, CeilDiv(rows, plan.groups));
+  result.rows_per_unit = CeilDiv(rows, wanted);
+  result.units = CeilDiv(rows, result.rows_per_unit);
+  return result;
+}
+
+}  // namespace normsvc::kernels::detail

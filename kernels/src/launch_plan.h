@@ -1,0 +1,71 @@
+// How a row of a given hidden size and dtype is mapped onto GPU threads.
+//
+// Contract: a plan is a function of (hidden, x dtype) only, never of the row
+// count or of the other segments of a launch. Everything that decides the
+// order of floating-point operations on a row (chunk width, slots per thread,
+// threads per row, cluster size) is in the plan, so a row's result bits
+// depend only on its own data, hidden size and dtypes (batch invariance).
+// Whether a segment may use 16-byte accesses (pointer alignment) changes only
+// the memory instructions, never the arithmetic.
+//
+// Pure C++ (no CUDA) so the planning rules are tested on machines without a GPU.
+#pragma once
+
+#include <cstdint>
+
+#include "normsvc/kernels/types.h"
+
+namespace normsvc::kernels::detail {
+
+enum class Layout : uint8_t {
+  // Chunks of `width` contiguous elements (16 bytes of x); chunk c belongs to
+  // row thread c % row_threads, register slot c / row_threads. Needs
+  // hidden % width == 0.
+  kVector = 0,
+  // One element per chunk (width 1): element e belongs to row thread
+  // e % row_threads. For hidden sizes that are not a multiple of the vector
+  // width, whose rows can never all be 16-byte aligned.
+  kStrided = 1,
+  // Rows too large for registers: one 1024-thread block per row re-reads the
+  // row from global memory (forward: 3 passes; backward: up to 4).
+  kStreamed = 2,
+};
+
+struct KernelPlan {
+  Layout layout = Layout::kVector;
+  int slots = 1;          // chunks per thread held in registers (compile-time in the kernel)
+  int width = 1;          // elements per chunk
+  int row_threads = 1;    // threads that share one row, across the whole cluster
+  int cluster = 1;        // thread blocks per row (a thread-block cluster when > 1)
+  int block_threads = 1;  // threads per block
+  int groups = 1;         // rows per block (block_threads / row_threads when cluster == 1)
+
+  // Largest hidden size this plan's register layout holds (streamed: any).
+  int64_t Capacity() const;
+};
+
+// Elements of `dtype` in 16 bytes.
+int VectorWidth(DType dtype);
+
+KernelPlan PlanForward(int64_t hidden, DType x_dtype);
+KernelPlan PlanBackward(int64_t hidden, DType x_dtype);
+
+// Backward splits the rows into `units` contiguous ranges of `rows_per_unit`
+// rows (the last may be shorter); each unit writes one row of fp32 dgamma and
+// dbeta partials, reduced over units in a fixed order afterwards. A function
+// of (rows, hidden, dtype) only, so results are reproducible run to run and
+// machine to machine.
+struct BackwardUnits {
+  int64_t units = 0;
+  int64_t rows_per_unit = 0;
+};
+BackwardUnits PlanBackwardUnits(int64_t rows, int64_t hidden, DType x_dtype);
+
+// Threads the backward units aim to keep busy in all (a constant, not read
+// from the device, so that the partition does not depend on the GPU model).
+inline constexpr int64_t kBackwardThreadBudget = 128 * 1024;
+
+// Threads per block of the streamed (multi-pass) kernels.
+inline constexpr int kStreamedThreads = 1024;
+
+}  // namespace normsvc::kernels::detail

@@ -1,0 +1,120 @@
+// Deterministic sums over the threads that share a row.
+//
+// A row belongs to `row_threads` threads: a power-of-two part of a warp, a
+// group of whole warps inside one block, or all the threads of a cluster of
+// blocks. Every thread of the row gets the same sum, computed in an order
+// fixed by the row shape alone:
+//   1. butterfly (xor) shuffles within min(row_threads, 32) lanes; both lanes
+//      of each exchange add the same two values, so all lanes agree;
+//   2. warp totals in shared memory, added in warp order;
+//   3. block totals read through distributed shared memory, added in rank
+//      order, when the row spans a cluster.
+// Contract: every thread of the block calls RowSum the same number of times
+// with the same slot (the calls contain __syncthreads / cluster barriers);
+// a slot's memory is rewritten only after a later call's barrier, so callers
+// that loop alternate between two sets of slots.
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include "kernel_params.h"
+
+namespace normsvc::kernels::detail {
+
+inline constexpr int kReduceSlots = 6;
+
+struct ReduceScratch {
+  float warp[kReduceSlots][32][2];
+  float block[kReduceSlots][2];
+};
+
+struct RowTeam {
+  int row_threads;  // threads sharing the row (across the cluster)
+  int rank;         // this thread's index among them
+  int cluster;      // blocks per row
+  int group;        // this row's index among the rows of the block
+};
+
+// The team for rows laid out as `shape` says; `row_in_launch` is the row the
+// thread works on, counted from the launch's first row (blockIdx.x-based).
+__device__ __forceinline__ RowTeam MakeTeam(const RowShape& shape, int64_t* row_in_launch) {
+  RowTeam team;
+  team.row_threads = shape.row_threads;
+  team.cluster = shape.cluster;
+  if (shape.cluster > 1) {
+    const int rank_of_block = static_cast<int>(blockIdx.x % shape.cluster);
+    team.rank = rank_of_block * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+    team.group = 0;
+    *row_in_launch = blockIdx.x / shape.cluster;
+  } else {
+    team.group = static_cast<int>(threadIdx.x) / shape.row_threads;
+    team.rank = static_cast<int>(threadIdx.x) % shape.row_threads;
+    *row_in_launch = static_cast<int64_t>(blockIdx.x) * shape.groups + team.group;
+  }
+  return team;
+}
+
+__device__ __forceinline__ void ClusterSync() { cooperative_groups::this_cluster().sync(); }
+
+template <int N>
+__device__ __forceinline__ void RowSum(float (&v)[N], const RowTeam& team, ReduceScratch& scratch,
+                                       int slot) {
+  static_assert(N >= 1 && N <= 2, "RowSum adds one or two values");
+  const int width = team.row_threads < 32 ? team.row_threads : 32;
+  for (int offset = 1; offset < width; offset <<= 1) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
+  }
+  if (team.row_threads <= 32) return;
+
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) scratch.warp[slot][warp][i] = v[i];
+  }
+  __syncthreads();
+  const int block_row_threads = team.cluster > 1 ? static_cast<int>(blockDim.x) : team.row_threads;
+  const int warps_per_row = block_row_threads >> 5;
+  const int first_warp = (static_cast<int>(threadIdx.x) / block_row_threads) * warps_per_row;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    float total = scratch.warp[slot][first_warp][i];
+    for (int w = 1; w < warps_per_row; ++w) total += scratch.warp[slot][first_warp + w][i];
+    v[i] = total;
+  }
+  if (team.cluster == 1) return;
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) scratch.block[slot][i] = v[i];
+  }
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  cluster.sync();
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    float total = cluster.map_shared_rank(&scratch.block[slot][0], 0)[i];
+    for (int r = 1; r < team.cluster; ++r) {
+      total += cluster.map_shared_rank(&scratch.block[slot][0], r)[i];
+    }
+    v[i] = total;
+  }
+}
+
+// Row statistics from per-thread partial sums, in the order every path uses.
+// LayerNorm: mean = mean_hi + mean_lo, where mean_hi is the fp32 mean of the
+// first pass and mean_lo the mean of (v - mean_hi) from the second (the
+// corrected two-pass algorithm): rows with a large mean and a small spread
+// keep their precision because v - mean_hi is exact there.
+struct RowStats {
+  float mean_hi = 0.0f;
+  float mean_lo = 0.0f;
+  float rstd = 0.0f;
+};
+
+__device__ __forceinline__ float RstdFromVariance(float variance, float epsilon) {
+  // A negative rounding residue becomes 0; NaN stays NaN (no fmaxf).
+  variance = variance < 0.0f ? 0.0f : variance;
+  return 1.0f / sqrtf(variance + epsilon);
+}
+
+}  // namespace normsvc::kernels::detail

@@ -1,0 +1,297 @@
+// Backward on the GPU against the double reference, over the same matrix as
+// the forward test (op x dtype x H x rows, rows x H <= 2^24), and run-to-run
+// bitwise determinism of dx, dgamma and dbeta.
+//
+// Metric: with xhat, g = dy * gamma and the row means computed in double,
+//   |dx - ref| <= 2e-5 * rstd * (|g| + mean|g| + |xhat| * (|mean(g xhat)| + mean|g xhat|))
+//                 + ulp(ref) for fp16/bf16 dx
+//   |dgamma - ref| <= 2e-5 * sum_rows |dy xhat|,   |dbeta - ref| <= 2e-5 * sum_rows |dy|
+// (fp32 sums of many terms: the bound scales with the terms' magnitudes).
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <sstream>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gpu_test_support.h"
+#include "normsvc/kernels/float16.h"
+#include "normsvc/kernels/gpu.h"
+#include "normsvc/kernels/reference.h"
+
+namespace normsvc::kernels::testing {
+namespace {
+
+constexpr int64_t kHiddenSizes[] = {1, 5, 64, 128, 512, 768, 1024, 2049, 4096, 8191, 65536, 262144};
+constexpr int64_t kRowCounts[] = {1, 3, 1000};
+constexpr int64_t kMaxElements = int64_t{1} << 24;
+
+struct BackwardSpec {
+  NormOp op = NormOp::kLayerNorm;
+  DType dtype = DType::kF32;
+  DType param_dtype = DType::kF32;
+  int64_t rows = 1;
+  int64_t hidden = 1;
+  int64_t pad = 0;  // extra elements per row of x, dy and dx
+  bool gamma = true;
+  bool given_stats = true;
+  bool dgamma = true;
+  bool dbeta = true;  // LayerNorm only
+};
+
+std::string Describe(const BackwardSpec& s) {
+  std::ostringstream o;
+  o << NormOpName(s.op) << " " << DTypeName(s.dtype) << " params=" << DTypeName(s.param_dtype)
+    << " rows=" << s.rows << " H=" << s.hidden << " pad=" << s.pad << (s.gamma ? " gamma" : "")
+    << (s.given_stats ? " given-stats" : " recomputed-stats") << (s.dgamma ? " dgamma" : "")
+    << (s.dbeta ? " dbeta" : "");
+  return o.str();
+}
+
+// Runs one backward case twice and checks the results; returns max err/tol.
+double RunAndCheck(const BackwardSpec& spec, std::mt19937_64& rng) {
+  BackwardSpec s = spec;
+  if (s.op == NormOp::kRmsNorm) s.dbeta = false;
+  const int64_t h = s.hidden, stride = h + s.pad;
+  HostTensor x(s.dtype, s.rows, h, stride), dy(s.dtype, s.rows, h, stride), gamma;
+  x.FillNormal(rng, 0.3, 1.7);
+  dy.FillNormal(rng, 0.0, 1.0);
+  if (s.gamma) {
+    gamma = HostTensor(s.param_dtype, 1, h, h);
+    gamma.FillNormal(rng, 1.0, 0.5);
+  }
+  const std::vector<double> gamma_row = s.gamma ? gamma.Row(0) : std::vector<double>(h, 1.0);
+  // Statistics: the reference's, rounded to fp32 when they are passed in.
+  std::vector<float> mean(s.rows), rstd(s.rows);
+  ParallelFor(s.rows, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const std::vector<double> row = x.Row(r);
+      const RowResult stats =
+          ReferenceForwardRow(s.op, row.data(), nullptr, nullptr, nullptr, h, 1e-5);
+      mean[r] = static_cast<float>(stats.mean);
+      rstd[r] = static_cast<float>(stats.rstd);
+    }
+  });
+  DeviceBuffer x_dev = x.ToDevice(), dy_dev = dy.ToDevice();
+  DeviceBuffer gamma_dev = s.gamma ? gamma.ToDevice() : DeviceBuffer();
+  DeviceBuffer mean_dev(s.rows * sizeof(float)), rstd_dev(s.rows * sizeof(float));
+  mean_dev.Upload(mean.data(), s.rows * sizeof(float));
+  rstd_dev.Upload(rstd.data(), s.rows * sizeof(float));
+  DeviceBuffer dx_dev(x.bytes.size()), dgamma_dev(h * sizeof(float)), dbeta_dev(h * sizeof(float));
+  DeviceBuffer workspace(BackwardWorkspaceBytes(s.rows, h));
+
+  BackwardArgs a;
+  a.op = s.op;
+  a.rows = s.rows;
+  a.hidden = h;
+  a.epsilon = 1e-5f;
+  a.x_dtype = s.dtype;
+  a.param_dtype = s.param_dtype;
+  a.x = x_dev.get();
+  a.dy = dy_dev.get();
+  a.x_row_stride = a.dy_row_stride = a.dx_row_stride = stride;
+  a.gamma = gamma_dev.get();
+  a.mean =
+      s.given_stats && s.op == NormOp::kLayerNorm ? static_cast<float*>(mean_dev.get()) : nullptr;
+  a.rstd = s.given_stats ? static_cast<float*>(rstd_dev.get()) : nullptr;
+  a.dx = dx_dev.get();
+  a.dgamma = s.dgamma ? static_cast<float*>(dgamma_dev.get()) : nullptr;
+  a.dbeta = s.dbeta ? static_cast<float*>(dbeta_dev.get()) : nullptr;
+
+  std::vector<uint8_t> first_run;
+  for (uint8_t poison : {uint8_t{0x7f}, uint8_t{0x3c}}) {
+    for (const DeviceBuffer* b : {&dx_dev, &dgamma_dev, &dbeta_dev, &workspace}) b->Poison(poison);
+    const Status st = LaunchBackward(a, workspace.get(), workspace.bytes(), nullptr);
+    EXPECT_TRUE(st.ok()) << st.message() << " [" << Describe(s) << "]";
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint8_t> run = dx_dev.Download();
+    for (const DeviceBuffer* b : {&dgamma_dev, &dbeta_dev}) {
+      const std::vector<uint8_t> part = b->Download();
+      run.insert(run.end(), part.begin(), part.end());
+    }
+    // dx padding and unrequested outputs keep the poison; compare only the rest.
+    if (first_run.empty()) {
+      first_run = run;
+    } else {
+      std::size_t differing = 0;
+      const std::size_t dx_bytes = x.bytes.size();
+      for (std::size_t i = 0; i < run.size(); ++i) {
+        const bool is_written = i < dx_bytes
+                                    ? static_cast<int64_t>(i / DTypeSize(s.dtype)) % stride < h
+                                    : (i < dx_bytes + h * sizeof(float) ? s.dgamma : s.dbeta);
+        differing += is_written && run[i] != first_run[i];
+      }
+      EXPECT_EQ(differing, 0u) << "backward not reproducible run to run [" << Describe(s) << "]";
+    }
+  }
+
+  const HostTensor dx = FromDevice(dx_dev, s.dtype, s.rows, h, stride);
+  const std::vector<uint8_t> dgamma_bytes = dgamma_dev.Download(),
+                             dbeta_bytes = dbeta_dev.Download();
+  std::vector<double> dgamma_ref(h, 0.0), dbeta_ref(h, 0.0), dgamma_mag(h, 0.0), dbeta_mag(h, 0.0);
+  std::mutex mutex;
+  std::atomic<int64_t> failures{0};
+  std::vector<std::string> messages;
+  double max_ratio = 0.0;
+  auto fail = [&](const std::string& what) {
+    ++failures;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (messages.size() < 5) messages.push_back(what);
+  };
+  const bool layer_norm = s.op == NormOp::kLayerNorm;
+  ParallelFor(s.rows, [&](int64_t begin, int64_t end) {
+    std::vector<double> dg(h, 0.0), db(h, 0.0), dgm(h, 0.0), dbm(h, 0.0), xhat(h), g(h);
+    double local_max = 0.0;
+    for (int64_t r = begin; r < end; ++r) {
+      const std::vector<double> xr = x.Row(r), dyr = dy.Row(r);
+      double m = mean[r], rs = rstd[r];
+      if (!s.given_stats) {
+        const RowResult stats =
+            ReferenceForwardRow(s.op, xr.data(), nullptr, nullptr, nullptr, h, 1e-5f);
+        m = stats.mean;
+        rs = stats.rstd;
+      }
+      if (!layer_norm) m = 0.0;
+      double sum_g = 0, sum_gx = 0, abs_g = 0, abs_gx = 0;
+      for (int64_t c = 0; c < h; ++c) {
+        xhat[c] = (xr[c] - m) * rs;
+        g[c] = dyr[c] * gamma_row[c];
+        sum_g += g[c];
+        sum_gx += g[c] * xhat[c];
+        abs_g += std::fabs(g[c]);
+        abs_gx += std::fabs(g[c] * xhat[c]);
+        dg[c] += dyr[c] * xhat[c];
+        db[c] += dyr[c];
+        dgm[c] += std::fabs(dyr[c] * xhat[c]);
+        dbm[c] += std::fabs(dyr[c]);
+      }
+      const double mg = layer_norm ? sum_g / h : 0.0, mgx = sum_gx / h;
+      for (int64_t c = 0; c < h; ++c) {
+        const double ref = rs * ((g[c] - mg) - xhat[c] * mgx);
+        const double tol =
+            2e-5 * rs *
+                (std::fabs(g[c]) + abs_g / h + std::fabs(xhat[c]) * (std::fabs(mgx) + abs_gx / h)) +
+            OutputUlp(s.dtype, ref);
+        const double err = std::fabs(dx.At(r, c) - ref);
+        local_max = std::max(local_max, err / tol);
+        if (!(err <= tol)) {
+          fail("dx row " + std::to_string(r) + " col " + std::to_string(c) + ": " +
+               std::to_string(dx.At(r, c)) + " ref " + std::to_string(ref));
+        }
+      }
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    max_ratio = std::max(max_ratio, local_max);
+    for (int64_t c = 0; c < h; ++c) {
+      dgamma_ref[c] += dg[c];
+      dbeta_ref[c] += db[c];
+      dgamma_mag[c] += dgm[c];
+      dbeta_mag[c] += dbm[c];
+    }
+  });
+  for (int64_t c = 0; c < h; ++c) {
+    if (s.dgamma) {
+      const double got = LoadAsFloat(dgamma_bytes.data(), DType::kF32, c);
+      const double tol = 2e-5 * dgamma_mag[c] + 1e-30;
+      max_ratio = std::max(max_ratio, std::fabs(got - dgamma_ref[c]) / tol);
+      if (!(std::fabs(got - dgamma_ref[c]) <= tol)) {
+        fail("dgamma col " + std::to_string(c) + ": " + std::to_string(got) + " ref " +
+             std::to_string(dgamma_ref[c]));
+      }
+    }
+    if (s.dbeta) {
+      const double got = LoadAsFloat(dbeta_bytes.data(), DType::kF32, c);
+      const double tol = 2e-5 * dbeta_mag[c] + 1e-30;
+      max_ratio = std::max(max_ratio, std::fabs(got - dbeta_ref[c]) / tol);
+      if (!(std::fabs(got - dbeta_ref[c]) <= tol)) {
+        fail("dbeta col " + std::to_string(c) + ": " + std::to_string(got) + " ref " +
+             std::to_string(dbeta_ref[c]));
+      }
+    }
+  }
+  if (failures > 0) {
+    std::ostringstream o;
+    o << Describe(s) << ": " << failures << " mismatches";
+    for (const std::string& m : messages) o << "\n  " << m;
+    ADD_FAILURE() << o.str();
+  }
+  std::printf("[ backward ] %-80s max err/tol %.3f\n", Describe(s).c_str(), max_ratio);
+  return max_ratio;
+}
+
+class BackwardMatrix : public ::testing::TestWithParam<std::tuple<NormOp, DType>> {};
+
+// Variant A: saved statistics, gamma in the activation dtype, dgamma and
+// dbeta, contiguous rows. Variant B: statistics recomputed, fp32 gamma,
+// dgamma only, row strides off the vector width (misaligned rows).
+TEST_P(BackwardMatrix, MatchesDoubleReferenceAndIsReproducible) {
+  NORMSVC_REQUIRE_GPU();
+  const auto [op, dtype] = GetParam();
+  std::mt19937_64 rng =
+      SeededRng(std::string("backward ") + NormOpName(op) + " " + DTypeName(dtype));
+  for (int64_t hidden : kHiddenSizes) {
+    for (int64_t rows : kRowCounts) {
+      BackwardSpec a;
+      a.op = op;
+      a.dtype = a.param_dtype = dtype;
+      a.rows = std::min(rows, std::max<int64_t>(1, kMaxElements / hidden));
+      a.hidden = hidden;
+      RunAndCheck(a, rng);
+      BackwardSpec b = a;
+      b.param_dtype = DType::kF32;
+      b.given_stats = false;
+      b.dbeta = false;
+      b.pad = 3;
+      RunAndCheck(b, rng);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, BackwardMatrix,
+                         ::testing::Combine(::testing::Values(NormOp::kLayerNorm, NormOp::kRmsNorm),
+                                            ::testing::Values(DType::kF32, DType::kF16,
+                                                              DType::kBF16)),
+                         [](const ::testing::TestParamInfo<BackwardMatrix::ParamType>& param) {
+                           return std::string(NormOpName(std::get<0>(param.param))) + "_" +
+                                  DTypeName(std::get<1>(param.param));
+                         });
+
+// dx alone (no gamma, no dgamma/dbeta) and the largest hidden size.
+TEST(BackwardOptions, NoParametersAndLargestHidden) {
+  NORMSVC_REQUIRE_GPU();
+  std::mt19937_64 rng = SeededRng("backward options");
+  for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+    for (int64_t hidden : {int64_t{96}, int64_t{4096}, int64_t{12288}, kMaxHidden}) {
+      BackwardSpec s;
+      s.op = op;
+      s.dtype = s.param_dtype = DType::kBF16;
+      s.rows = hidden == kMaxHidden ? 2 : 33;
+      s.hidden = hidden;
+      s.gamma = s.dgamma = s.dbeta = hidden == kMaxHidden;
+      s.given_stats = hidden != 4096;
+      RunAndCheck(s, rng);
+    }
+  }
+}
+
+TEST(BackwardArguments, RejectsSmallWorkspace) {
+  BackwardArgs a;
+  a.rows = 4;
+  a.hidden = 8;
+  a.x = a.dy = reinterpret_cast<const void*>(0x1000);
+  a.dx = reinterpret_cast<void*>(0x2000);
+  a.x_row_stride = a.dy_row_stride = a.dx_row_stride = 8;
+  a.dgamma = reinterpret_cast<float*>(0x3000);
+  EXPECT_EQ(LaunchBackward(a, nullptr, 0, nullptr).code(), Code::kInvalidArgument);
+  a.epsilon = 0.0f;
+  EXPECT_EQ(LaunchBackward(a, nullptr, 0, nullptr).code(), Code::kInvalidArgument);
+  EXPECT_GT(BackwardWorkspaceBytes(1000, 4096), 0u);
+  EXPECT_EQ(BackwardWorkspaceBytes(0, 4096), 0u);
+}
+
+}  // namespace
+}  // namespace normsvc::kernels::testing

@@ -1,0 +1,221 @@
+#include "gpu_forward_case.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+
+#include "normsvc/kernels/float16.h"
+#include "normsvc/kernels/reference.h"
+
+namespace normsvc::kernels::testing {
+namespace {
+
+std::size_t Bytes(DType dtype, int64_t elements) {
+  return static_cast<std::size_t>(elements) * DTypeSize(dtype);
+}
+
+double RoundTo(DType dtype, double value) {
+  uint32_t scratch = 0;
+  StoreFromDouble(&scratch, dtype, 0, value);
+  return LoadAsFloat(&scratch, dtype, 0);
+}
+
+const char* Name(DType d) { return DTypeName(d); }
+
+}  // namespace
+
+std::string Describe(const ForwardSpec& s) {
+  std::ostringstream o;
+  o << NormOpName(s.op) << " x=" << Name(s.x_dtype) << " out=" << Name(s.out_dtype)
+    << " params=" << Name(s.param_dtype) << " rows=" << s.rows << " H=" << s.hidden
+    << " x_pad=" << s.x_pad << " out_pad=" << s.out_pad << " offset=" << s.offset
+    << (s.gamma ? " gamma" : "") << (s.beta ? " beta" : "") << (s.residual ? " residual" : "")
+    << (s.residual_out ? " residual_out" : "") << (s.stats ? " stats" : "");
+  return o.str();
+}
+
+ForwardCase::ForwardCase(const ForwardSpec& spec, std::mt19937_64& rng) : spec_(spec) {
+  if (spec_.op == NormOp::kRmsNorm) spec_.beta = false;
+  const ForwardSpec& s = spec_;
+  const int64_t stride = s.hidden + s.x_pad;
+  // Row 0 starts `offset` elements into the buffer: a one-row tensor of
+  // offset + stride elements, viewed from element `offset`.
+  x_ = HostTensor(s.x_dtype, s.rows, s.hidden, stride);
+  x_.FillNormal(rng, s.x_mean, s.x_stddev);
+  if (s.residual) {
+    residual_ = HostTensor(s.x_dtype, s.rows, s.hidden, stride);
+    residual_.FillNormal(rng, 0.0, 1.0);
+  }
+  if (s.gamma) {
+    gamma_ = HostTensor(s.param_dtype, 1, s.hidden, s.hidden);
+    gamma_.FillNormal(rng, 1.0, 0.5);
+  }
+  if (s.beta) {
+    beta_ = HostTensor(s.param_dtype, 1, s.hidden, s.hidden);
+    beta_.FillNormal(rng, 0.0, 0.5);
+  }
+}
+
+void ForwardCase::Upload() {
+  const ForwardSpec& s = spec_;
+  const int64_t stride = s.hidden + s.x_pad;
+  const std::size_t offset_bytes = Bytes(s.x_dtype, s.offset);
+  auto upload_activation = [&](const HostTensor& t) {
+    DeviceBuffer buffer(offset_bytes + t.bytes.size());
+    std::vector<uint8_t> host(offset_bytes + t.bytes.size(), 0x11);
+    std::memcpy(host.data() + offset_bytes, t.bytes.data(), t.bytes.size());
+    buffer.Upload(host.data(), host.size());
+    return buffer;
+  };
+  x_dev_ = upload_activation(x_);
+  if (s.residual) residual_dev_ = upload_activation(residual_);
+  if (s.residual_out)
+    residual_out_dev_ = DeviceBuffer(offset_bytes + Bytes(s.x_dtype, s.rows * stride));
+  if (s.gamma) gamma_dev_ = gamma_.ToDevice();
+  if (s.beta) beta_dev_ = beta_.ToDevice();
+  out_dev_ = DeviceBuffer(Bytes(s.out_dtype, s.offset + s.rows * (s.hidden + s.out_pad)));
+  if (s.stats) {
+    if (s.op == NormOp::kLayerNorm) mean_dev_ = DeviceBuffer(Bytes(DType::kF32, s.rows));
+    rstd_dev_ = DeviceBuffer(Bytes(DType::kF32, s.rows));
+  }
+  PoisonOutputs(poison_);
+}
+
+void ForwardCase::PoisonOutputs(uint8_t value) {
+  poison_ = value;
+  for (const DeviceBuffer* b : {&residual_out_dev_, &out_dev_, &mean_dev_, &rstd_dev_}) {
+    b->Poison(value);
+  }
+}
+
+ForwardSegment ForwardCase::Segment() const {
+  const ForwardSpec& s = spec_;
+  auto at = [&](const DeviceBuffer& b, DType dtype) -> char* {
+    return b.get() == nullptr ? nullptr : static_cast<char*>(b.get()) + Bytes(dtype, s.offset);
+  };
+  ForwardSegment seg;
+  seg.op = s.op;
+  seg.rows = s.rows;
+  seg.hidden = s.hidden;
+  seg.epsilon = s.epsilon;
+  seg.x_dtype = s.x_dtype;
+  seg.out_dtype = s.out_dtype;
+  seg.param_dtype = s.param_dtype;
+  seg.x = at(x_dev_, s.x_dtype);
+  seg.x_row_stride = s.hidden + s.x_pad;
+  seg.residual = at(residual_dev_, s.x_dtype);
+  seg.residual_row_stride = s.hidden + s.x_pad;
+  seg.residual_out = at(residual_out_dev_, s.x_dtype);
+  seg.residual_out_row_stride = s.hidden + s.x_pad;
+  seg.gamma = gamma_dev_.get();
+  seg.beta = beta_dev_.get();
+  seg.out = at(out_dev_, s.out_dtype);
+  seg.out_row_stride = s.hidden + s.out_pad;
+  seg.mean = static_cast<float*>(mean_dev_.get());
+  seg.rstd = static_cast<float*>(rstd_dev_.get());
+  return seg;
+}
+
+std::vector<uint8_t> ForwardCase::OutputBytes() const {
+  std::vector<uint8_t> all;
+  for (const DeviceBuffer* b : {&out_dev_, &residual_out_dev_, &mean_dev_, &rstd_dev_}) {
+    const std::vector<uint8_t> part = b->Download();
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  return all;
+}
+
+double ForwardCase::Check(const std::string& label) const {
+  const ForwardSpec& s = spec_;
+  const int64_t h = s.hidden;
+  const int64_t out_stride = h + s.out_pad;
+  const int64_t x_stride = h + s.x_pad;
+  const std::vector<uint8_t> out_bytes = out_dev_.Download();
+  const std::vector<uint8_t> res_bytes = residual_out_dev_.Download();
+  const std::vector<uint8_t> mean_bytes = mean_dev_.Download();
+  const std::vector<uint8_t> rstd_bytes = rstd_dev_.Download();
+  const uint8_t* out = out_bytes.data() + Bytes(s.out_dtype, s.offset);
+  const uint8_t* res_out = s.residual_out ? res_bytes.data() + Bytes(s.x_dtype, s.offset) : nullptr;
+  const std::vector<double> gamma = s.gamma ? gamma_.Row(0) : std::vector<double>();
+  const std::vector<double> beta = s.beta ? beta_.Row(0) : std::vector<double>();
+
+  std::mutex mutex;
+  std::vector<std::string> messages;
+  std::atomic<int64_t> failures{0};
+  double max_ratio = 0.0;
+  auto fail = [&](int64_t row, int64_t col, const std::string& what) {
+    ++failures;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (messages.size() < 5) {
+      messages.push_back("row " + std::to_string(row) + " col " + std::to_string(col) + ": " +
+                         what);
+    }
+  };
+  ParallelFor(s.rows, [&](int64_t begin, int64_t end) {
+    double local_max = 0.0;
+    std::vector<double> v(h);
+    for (int64_t r = begin; r < end; ++r) {
+      for (int64_t c = 0; c < h; ++c) {
+        v[c] = s.residual ? RoundTo(s.x_dtype, x_.At(r, c) + residual_.At(r, c)) : x_.At(r, c);
+      }
+      const RowResult ref =
+          ReferenceForwardRow(s.op, v.data(), nullptr, gamma.empty() ? nullptr : gamma.data(),
+                              beta.empty() ? nullptr : beta.data(), h, s.epsilon);
+      double scale = 0.0;
+      for (double y : ref.y) scale = std::isfinite(y) ? std::max(scale, std::fabs(y)) : scale;
+      for (int64_t c = 0; c < out_stride; ++c) {
+        const int64_t index = r * out_stride + c;
+        if (c >= h) {  // padding must keep the poison
+          for (std::size_t b = 0; b < DTypeSize(s.out_dtype); ++b) {
+            if (out[index * DTypeSize(s.out_dtype) + b] != poison_)
+              fail(r, c, "padding overwritten");
+          }
+          continue;
+        }
+        double ratio = 0.0;
+        std::string why;
+        if (!WithinTolerance(s.out_dtype, LoadAsFloat(out, s.out_dtype, index), ref.y[c], scale,
+                             &ratio, &why)) {
+          fail(r, c, "out " + why);
+        }
+        local_max = std::max(local_max, ratio);
+      }
+      if (res_out != nullptr) {
+        for (int64_t c = 0; c < h; ++c) {
+          const double got = LoadAsFloat(res_out, s.x_dtype, r * x_stride + c);
+          if (!(got == v[c] || (std::isnan(got) && std::isnan(v[c])))) {
+            fail(r, c, "residual_out " + std::to_string(got) + " != " + std::to_string(v[c]));
+          }
+        }
+      }
+      if (!rstd_bytes.empty()) {
+        const double rstd = LoadAsFloat(rstd_bytes.data(), DType::kF32, r);
+        const bool ok =
+            std::isnan(ref.rstd) ? std::isnan(rstd) : std::fabs(rstd - ref.rstd) <= 1e-5 * ref.rstd;
+        if (!ok) fail(r, -1, "rstd " + std::to_string(rstd) + " ref " + std::to_string(ref.rstd));
+      }
+      if (!mean_bytes.empty()) {
+        const double mean = LoadAsFloat(mean_bytes.data(), DType::kF32, r);
+        const bool ok =
+            !std::isfinite(ref.mean) || !std::isfinite(ref.rstd)
+                ? !std::isfinite(mean)
+                : std::fabs(mean - ref.mean) <= 1e-6 * std::fabs(ref.mean) + 1e-5 / ref.rstd;
+        if (!ok) fail(r, -1, "mean " + std::to_string(mean) + " ref " + std::to_string(ref.mean));
+      }
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    max_ratio = std::max(max_ratio, local_max);
+  });
+  if (failures > 0) {
+    std::ostringstream o;
+    o << label << " [" << Describe(s) << "]: " << failures << " mismatches";
+    for (const std::string& m : messages) o << "\n  " << m;
+    ADD_FAILURE() << o.str();
+  }
+  return max_ratio;
+}
+
+}  // namespace normsvc::kernels::testing

@@ -1,0 +1,208 @@
+// Forward on special rows (near-constant, zero variance, large mean with a
+// small spread, tiny fp16 values, NaN/Inf), batch invariance of a row's bits
+// under multi-segment launches, and the launchers' argument checks.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gpu_forward_case.h"
+#include "gpu_test_support.h"
+#include "normsvc/kernels/gpu.h"
+
+namespace normsvc::kernels::testing {
+namespace {
+
+// Row kinds written over the random rows of a case.
+enum class RowKind { kNearConstant, kZeroVariance, kLargeMean, kTiny, kNaN, kInf, kRandom };
+
+void WriteRow(HostTensor& t, int64_t r, RowKind kind, std::mt19937_64& rng) {
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (int64_t c = 0; c < t.cols; ++c) {
+    double value = 0.3 + 1.7 * normal(rng);
+    switch (kind) {
+      case RowKind::kNearConstant:
+        value = 0.75 + 1e-6 * normal(rng);
+        break;
+      case RowKind::kZeroVariance:
+        value = 0.7;
+        break;
+      case RowKind::kLargeMean:
+        value = 1e4 + 1e-2 * normal(rng);
+        break;
+      case RowKind::kTiny:
+        value = 1e-4 * normal(rng);
+        break;
+      case RowKind::kNaN:
+        if (c == t.cols / 2) value = NAN;
+        break;
+      case RowKind::kInf:
+        if (c == t.cols / 3) value = -INFINITY;
+        break;
+      case RowKind::kRandom:
+        break;
+    }
+    t.Set(r, c, value);
+  }
+}
+
+TEST(ForwardSpecialRows, MatchReferenceIncludingNaNAndInf) {
+  NORMSVC_REQUIRE_GPU();
+  std::mt19937_64 rng = SeededRng("special rows");
+  const RowKind kinds[] = {RowKind::kNearConstant, RowKind::kZeroVariance, RowKind::kLargeMean,
+                           RowKind::kTiny,         RowKind::kNaN,          RowKind::kInf,
+                           RowKind::kRandom};
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+      for (int64_t hidden : {64, 768, 2049, 4096, 8191, 65536, 262144}) {
+        ForwardSpec spec;
+        spec.op = op;
+        spec.x_dtype = spec.out_dtype = spec.param_dtype = dtype;
+        spec.rows = 7;
+        spec.hidden = hidden;
+        spec.stats = true;
+        ForwardCase c(spec, rng);
+        for (int64_t r = 0; r < spec.rows; ++r) WriteRow(c.x(), r, kinds[r], rng);
+        c.Upload();
+        // A finite poison: an unwritten element of a NaN row would pass a NaN poison.
+        c.PoisonOutputs(0x3c);
+        ASSERT_TRUE(LaunchForwardSegment(c.Segment(), nullptr).ok());
+        CUDA_ASSERT_OK(cudaDeviceSynchronize());
+        const double ratio = c.Check("special rows");
+        std::printf("[ special  ] %-60s max err/tol %.3f\n", Describe(spec).c_str(), ratio);
+      }
+    }
+  }
+}
+
+// Returns the output bytes of `c` after running it alone as one segment.
+std::vector<uint8_t> RunAlone(ForwardCase& c) {
+  c.PoisonOutputs();
+  EXPECT_TRUE(LaunchForwardSegment(c.Segment(), nullptr).ok());
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return c.OutputBytes();
+}
+
+// A row's bits do not depend on what else is in the launch: each tensor
+// alone, then all of them in one mixed launch (several H and dtypes, aligned
+// and misaligned copies, whole tensors and one-row segments), bit for bit.
+TEST(ForwardBatchInvariance, MixedLaunchMatchesEachTensorAlone) {
+  NORMSVC_REQUIRE_GPU();
+  std::mt19937_64 rng = SeededRng("batch invariance");
+  std::vector<std::unique_ptr<ForwardCase>> cases;
+  for (int64_t hidden : {5, 64, 768, 2049, 4096, 8192, 65536}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      // Two cases drawn from the same random stream: the same data, the second
+      // one misaligned (off 16-byte alignment), which takes the element-wise path.
+      const std::mt19937_64 stream = rng;
+      for (int64_t offset : {0, 1}) {
+        ForwardSpec spec;
+        spec.op = hidden % 2 ? NormOp::kRmsNorm : NormOp::kLayerNorm;
+        spec.x_dtype = spec.out_dtype = spec.param_dtype = dtype;
+        spec.rows = hidden >= 65536 ? 4 : 37;
+        spec.hidden = hidden;
+        spec.residual = spec.residual_out = spec.stats = true;
+        spec.offset = offset;
+        std::mt19937_64 copy = stream;
+        cases.push_back(std::make_unique<ForwardCase>(spec, copy));
+        cases.back()->Upload();
+        rng = copy;
+      }
+    }
+  }
+  std::vector<std::vector<uint8_t>> alone;
+  for (auto& c : cases) alone.push_back(RunAlone(*c));
+  // Aligned and misaligned copies of the same rows agree.
+  for (std::size_t i = 1; i < cases.size(); i += 2) {
+    EXPECT_EQ(alone[i - 1], alone[i]) << "misaligned copy differs: " << Describe(cases[i]->spec());
+  }
+
+  // One launch: every tensor whole, interleaved with single-row segments of
+  // the first rows of a few tensors pointing at the same buffers (they write
+  // the same values to the same places).
+  std::vector<ForwardSegment> segments;
+  for (auto& c : cases) {
+    c->PoisonOutputs();
+    segments.push_back(c->Segment());
+    ForwardSegment one = c->Segment();
+    one.rows = 1;
+    segments.push_back(one);
+  }
+  DeviceBuffer workspace(ForwardWorkspaceBytes(static_cast<int>(segments.size())));
+  ASSERT_TRUE(LaunchForward(segments.data(), static_cast<int>(segments.size()), workspace.get(),
+                            workspace.bytes(), nullptr, nullptr)
+                  .ok());
+  CUDA_ASSERT_OK(cudaDeviceSynchronize());
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(cases[i]->OutputBytes(), alone[i]) << Describe(cases[i]->spec());
+    cases[i]->Check("mixed launch");
+  }
+}
+
+// 1,000 one-row segments of H = 4096 in one launch give the bits of one
+// 1000 x 4096 tensor.
+TEST(ForwardBatchInvariance, ThousandOneRowSegmentsMatchOneTensor) {
+  NORMSVC_REQUIRE_GPU();
+  std::mt19937_64 rng = SeededRng("one-row segments");
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    ForwardSpec spec;
+    spec.x_dtype = spec.out_dtype = spec.param_dtype = dtype;
+    spec.rows = 1000;
+    spec.hidden = 4096;
+    spec.stats = true;
+    ForwardCase c(spec, rng);
+    c.Upload();
+    const std::vector<uint8_t> whole = RunAlone(c);
+    c.Check("whole tensor");
+    const ForwardSegment base = c.Segment();
+    std::vector<ForwardSegment> segments(1000, base);
+    const std::size_t out_row_bytes = base.out_row_stride * DTypeSize(base.out_dtype);
+    for (int r = 0; r < 1000; ++r) {
+      ForwardSegment& s = segments[r];
+      s.rows = 1;
+      s.x = static_cast<const char*>(base.x) + r * base.x_row_stride * DTypeSize(dtype);
+      s.out = static_cast<char*>(base.out) + r * out_row_bytes;
+      s.mean = base.mean + r;
+      s.rstd = base.rstd + r;
+    }
+    DeviceBuffer workspace(ForwardWorkspaceBytes(1000));
+    void* staging = nullptr;  // pinned, as the contract asks
+    CUDA_ASSERT_OK(cudaMallocHost(&staging, ForwardWorkspaceBytes(1000)));
+    c.PoisonOutputs();
+    const Status st =
+        LaunchForward(segments.data(), 1000, workspace.get(), workspace.bytes(), staging, nullptr);
+    CUDA_ASSERT_OK(cudaDeviceSynchronize());
+    CUDA_ASSERT_OK(cudaFreeHost(staging));
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(c.OutputBytes(), whole) << DTypeName(dtype);
+  }
+}
+
+// Argument checks happen before any CUDA call: these run without a GPU too.
+TEST(ForwardArguments, RejectsBadEpsilonAndSmallWorkspace) {
+  ForwardSegment s;
+  s.rows = 2;
+  s.hidden = 8;
+  s.x = reinterpret_cast<const void*>(0x1000);
+  s.out = reinterpret_cast<void*>(0x2000);
+  s.x_row_stride = s.out_row_stride = 8;
+  for (float eps : {0.0f, -1e-5f, NAN, INFINITY}) {
+    s.epsilon = eps;
+    EXPECT_EQ(LaunchForwardSegment(s, nullptr).code(), Code::kInvalidArgument) << eps;
+    EXPECT_EQ(LaunchForward(&s, 1, nullptr, 0, nullptr, nullptr).code(), Code::kInvalidArgument);
+  }
+  s.epsilon = 1e-5f;
+  const ForwardSegment two[2] = {s, s};
+  const Status st = LaunchForward(two, 2, nullptr, 0, nullptr, nullptr);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("ForwardWorkspaceBytes"), std::string::npos) << st.message();
+  s.hidden = kMaxHidden + 1;
+  s.x_row_stride = s.out_row_stride = s.hidden;
+  EXPECT_EQ(LaunchForwardSegment(s, nullptr).code(), Code::kInvalidArgument);
+  EXPECT_EQ(LaunchForward(nullptr, 1, nullptr, 0, nullptr, nullptr).code(), Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace normsvc::kernels::testing

@@ -1,0 +1,86 @@
+// The launch plans (kernels/src/launch_plan.h) for every hidden size the API
+// allows: each covers its row, uses a kernel shape that exists, and depends
+// on nothing but (hidden, dtype). Pure C++: runs without a GPU.
+#include "launch_plan.h"
+
+#include <gtest/gtest.h>
+
+namespace normsvc::kernels::detail {
+namespace {
+
+bool IsPowerOfTwo(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+void ExpectValid(const KernelPlan& p, int64_t hidden, DType dtype, bool forward) {
+  const std::string where = std::string(forward ? "forward " : "backward ") + DTypeName(dtype) +
+                            " H=" + std::to_string(hidden);
+  ASSERT_GE(p.Capacity(), hidden) << where;
+  ASSERT_LE(p.block_threads, p.layout == Layout::kStreamed ? kStreamedThreads : 512) << where;
+  if (p.layout == Layout::kStreamed) return;
+  ASSERT_GE(p.cluster, 1) << where;
+  ASSERT_LE(p.cluster, 8) << where;
+  if (p.cluster == 1) {
+    ASSERT_TRUE(IsPowerOfTwo(p.row_threads)) << where;
+    ASSERT_EQ(p.row_threads * p.groups, p.block_threads) << where;
+  } else {
+    ASSERT_EQ(p.groups, 1) << where;
+    ASSERT_EQ(p.row_threads, p.block_threads * p.cluster) << where;
+  }
+  if (p.layout == Layout::kVector) {
+    ASSERT_EQ(p.width, VectorWidth(dtype)) << where;
+    ASSERT_EQ(hidden % p.width, 0) << where;
+    if (forward) {
+      ASSERT_TRUE(p.slots == 1 || p.slots == 2 || p.slots == 4) << where;
+    } else {
+      ASSERT_TRUE(p.slots == 1 || p.slots == 2 || (p.slots == 4 && p.width == 4)) << where;
+    }
+  } else {
+    ASSERT_EQ(p.width, 1) << where;
+    ASSERT_TRUE(p.slots == 1 || p.slots == (forward ? 16 : 8)) << where;
+  }
+  // A row never needs more slots than it has, and fills more than one block
+  // only when it does not fit in one.
+  const int64_t chunks = hidden / p.width;
+  ASSERT_LE((chunks + p.row_threads - 1) / p.row_threads, p.slots) << where;
+  if (p.cluster > 1) {
+    ASSERT_GT(chunks, static_cast<int64_t>(p.block_threads) * p.slots) << where;
+  }
+}
+
+TEST(LaunchPlan, EveryHiddenSizeGetsAValidPlan) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t hidden = 1; hidden <= kMaxHidden; ++hidden) {
+      ExpectValid(PlanForward(hidden, dtype), hidden, dtype, true);
+      ExpectValid(PlanBackward(hidden, dtype), hidden, dtype, false);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(LaunchPlan, KnownShapes) {
+  // bf16 H=4096: 512 chunks of 8, 4 per thread: 128 threads a row, 2 rows a block.
+  const KernelPlan p = PlanForward(4096, DType::kBF16);
+  EXPECT_EQ(p.layout, Layout::kVector);
+  EXPECT_EQ(p.row_threads, 128);
+  EXPECT_EQ(p.groups, 2);
+  // H=2049 cannot be 16-byte aligned row after row: strided layout.
+  EXPECT_EQ(PlanForward(2049, DType::kBF16).layout, Layout::kStrided);
+  // fp32 H=65536: a cluster of 8 blocks of 512.
+  const KernelPlan big = PlanForward(65536, DType::kF32);
+  EXPECT_EQ(big.cluster, 8);
+  EXPECT_EQ(PlanForward(kMaxHidden, DType::kBF16).layout, Layout::kStreamed);
+}
+
+TEST(LaunchPlan, BackwardUnitsCoverEveryRowOnce) {
+  for (int64_t rows : {1, 2, 3, 7, 100, 1000, 16384, 1 << 20}) {
+    for (int64_t hidden : {1, 768, 4096, 65536, 262144}) {
+      const BackwardUnits u = PlanBackwardUnits(rows, hidden, DType::kBF16);
+      ASSERT_GE(u.units, 1);
+      EXPECT_GE(u.units * u.rows_per_unit, rows);
+      EXPECT_LT((u.units - 1) * u.rows_per_unit, rows);
+    }
+  }
+  EXPECT_EQ(PlanBackwardUnits(0, 4096, DType::kF32).units, 0);
+}
+
+}  // namespace
+}  // namespace normsvc::kernels::detail
