@@ -1,0 +1,53 @@
+"""Generates normalizer_pb2 / normalizer_pb2_grpc from the repository's proto.
+
+The proto is compiled under the virtual path
+normsvc_client/_generated/normsvc/v1/normalizer.proto so that the generated
+modules import each other inside this package. Run by setup.py at build
+time, and on first import when the package is used from a source checkout.
+"""
+import os
+import shutil
+import tempfile
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+PROTO_RELATIVE = os.path.join("normsvc", "v1", "normalizer.proto")
+
+
+def find_proto_root():
+    """The repository's proto/ directory, or None outside a checkout."""
+    candidate = os.path.normpath(os.path.join(PACKAGE_DIR, "..", "..", "..", "proto"))
+    if os.path.isfile(os.path.join(candidate, PROTO_RELATIVE)):
+        return candidate
+    return None
+
+
+def generate(proto_root, out_root):
+    """Writes out_root/normsvc_client/_generated/... atomically."""
+    from grpc_tools import protoc
+    import grpc_tools
+
+    scratch = tempfile.mkdtemp(prefix="normsvc-stubs-")
+    try:
+        well_known = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
+        args = [
+            "grpc_tools.protoc",
+            "-Inormsvc_client/_generated=" + proto_root,
+            "-I" + well_known,
+            "--python_out=" + scratch,
+            "--grpc_python_out=" + scratch,
+            os.path.join(proto_root, PROTO_RELATIVE),
+        ]
+        if protoc.main(args) != 0:
+            raise RuntimeError("grpc_tools.protoc failed on " + proto_root)
+        generated = os.path.join(scratch, "normsvc_client", "_generated")
+        for directory in ("", "normsvc", os.path.join("normsvc", "v1")):
+            open(os.path.join(generated, directory, "__init__.py"), "a").close()
+        target = os.path.join(out_root, "normsvc_client", "_generated")
+        staging = target + ".new-" + str(os.getpid())
+        shutil.copytree(generated, staging)
+        try:
+            os.rename(staging, target)
+        except OSError:  # another process generated it first
+            shutil.rmtree(staging, ignore_errors=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,279 @@
+"""Client of the normsvc.v1.Normalizer service, with NumPy in and out."""
+import collections
+import os
+import queue
+import threading
+
+import grpc
+import numpy as np
+
+from ._stubs import pb, pb_grpc
+from .tensors import from_tensor, to_tensor, wire_dtype
+
+_OPS = {"layernorm": pb.LAYER_NORM, "layer_norm": pb.LAYER_NORM,
+        "rmsnorm": pb.RMS_NORM, "rms_norm": pb.RMS_NORM}
+
+NormalizeResult = collections.namedtuple("NormalizeResult", "output residual_sum mean rstd")
+BackwardResult = collections.namedtuple("BackwardResult", "grad_input grad_gamma grad_beta")
+
+
+class NormsvcError(Exception):
+    """A call failed: `code` is a grpc.StatusCode, `details` the server's message."""
+
+    def __init__(self, code, details):
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
+
+
+def _op(op):
+    try:
+        return _OPS[str(op).lower()]
+    except KeyError:
+        raise ValueError(f"unknown op {op!r}; use layernorm or rmsnorm") from None
+
+
+def default_target():
+    """$NORMSVC_TARGET, else 127.0.0.1:50051."""
+    return os.environ.get("NORMSVC_TARGET") or "127.0.0.1:50051"
+
+
+class Client:
+    """One channel to a normsvc server.
+
+    target: "host:port" (default: $NORMSVC_TARGET, else 127.0.0.1:50051).
+    timeout: default deadline of each call in seconds (None: no deadline).
+    TLS: pass root_certificates (PEM bytes; None = system roots) and, for
+    mutual TLS, private_key and certificate_chain; tls=True alone uses the
+    system roots. options: extra grpc channel arguments.
+    """
+
+    def __init__(self, target=None, *, timeout=30.0, tls=False, root_certificates=None,
+                 private_key=None, certificate_chain=None, options=None,
+                 max_message_bytes=512 << 20):
+        self.target = target or default_target()
+        self.timeout = timeout
+        channel_options = [("grpc.max_receive_message_length", max_message_bytes),
+                           ("grpc.max_send_message_length", max_message_bytes)]
+        channel_options += list(options or [])
+        if tls or root_certificates or private_key or certificate_chain:
+            credentials = grpc.ssl_channel_credentials(root_certificates, private_key,
+                                                       certificate_chain)
+            self._channel = grpc.secure_channel(self.target, credentials, channel_options)
+        else:
+            self._channel = grpc.insecure_channel(self.target, channel_options)
+        self._stub = pb_grpc.NormalizerStub(self._channel)
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, method, request, timeout):
+        try:
+            return method(request, timeout=self.timeout if timeout is None else timeout)
+        except grpc.RpcError as error:
+            raise NormsvcError(error.code(), error.details()) from None
+
+    def _parameters(self, gamma, beta, params, dtype):
+        if params is not None:
+            if gamma is not None or beta is not None:
+                raise ValueError("give either params=NAME or gamma/beta, not both")
+            return pb.Parameters(name=params)
+        if gamma is None and beta is None:
+            return None
+        inline = pb.Parameters.Inline()
+        if gamma is not None:
+            inline.gamma.CopyFrom(to_tensor(gamma, dtype))
+        if beta is not None:
+            inline.beta.CopyFrom(to_tensor(beta, dtype))
+        return pb.Parameters(inline=inline)
+
+    def normalize_request(self, x, *, op="layernorm", gamma=None, beta=None, params=None,
+                          eps=1e-5, residual=None, return_residual_sum=False,
+                          return_statistics=False, dtype=None, out_dtype=None, request_id=0):
+        """The NormalizeRequest that normalize() sends (also for streams)."""
+        request = pb.NormalizeRequest(request_id=request_id, op=_op(op), epsilon=eps,
+                                      return_residual_sum=return_residual_sum,
+                                      return_statistics=return_statistics)
+        request.input.CopyFrom(to_tensor(x, dtype))
+        if residual is not None:
+            request.residual.CopyFrom(to_tensor(residual, request.input.dtype))
+        parameters = self._parameters(gamma, beta, params, None if dtype is None else dtype)
+        if parameters is not None:
+            request.parameters.CopyFrom(parameters)
+        if out_dtype is not None:
+            request.output_dtype = wire_dtype(out_dtype)
+        return request
+
+    @staticmethod
+    def _result(response, extras):
+        output = from_tensor(response.output)
+        if not extras:
+            return output
+        return NormalizeResult(
+            output,
+            from_tensor(response.residual_sum) if response.HasField("residual_sum") else None,
+            from_tensor(response.mean) if response.HasField("mean") else None,
+            from_tensor(response.rstd) if response.HasField("rstd") else None)
+
+    def normalize(self, x, *, op="layernorm", gamma=None, beta=None, params=None, eps=1e-5,
+                  residual=None, return_residual_sum=False, return_statistics=False, dtype=None,
+                  out_dtype=None, timeout=None):
+        """LayerNorm/RMSNorm of x over its last axis.
+
+        Returns the output array, or a NormalizeResult(output, residual_sum,
+        mean, rstd) when return_residual_sum or return_statistics is set.
+        dtype: wire dtype of x (default from x: float16 -> fp16, else fp32;
+        "bf16" rounds x to bf16). gamma/beta are sent inline in x's wire
+        dtype, or params names a registered set.
+        """
+        request = self.normalize_request(
+            x, op=op, gamma=gamma, beta=beta, params=params, eps=eps, residual=residual,
+            return_residual_sum=return_residual_sum, return_statistics=return_statistics,
+            dtype=dtype, out_dtype=out_dtype)
+        response = self._call(self._stub.Normalize, request, timeout)
+        return self._result(response, return_residual_sum or return_statistics)
+
+    def normalize_backward(self, x, grad_output, *, op="layernorm", gamma=None, params=None,
+                           eps=1e-5, mean=None, rstd=None, dtype=None, timeout=None):
+        """Gradients: BackwardResult(grad_input, grad_gamma, grad_beta)."""
+        request = pb.NormalizeBackwardRequest(op=_op(op), epsilon=eps)
+        request.input.CopyFrom(to_tensor(x, dtype))
+        request.grad_output.CopyFrom(to_tensor(grad_output, request.input.dtype))
+        parameters = self._parameters(gamma, None, params, dtype)
+        if parameters is not None:
+            request.parameters.CopyFrom(parameters)
+        if mean is not None:
+            request.mean.CopyFrom(to_tensor(mean, pb.FP32))
+        if rstd is not None:
+            request.rstd.CopyFrom(to_tensor(rstd, pb.FP32))
+        response = self._call(self._stub.NormalizeBackward, request, timeout)
+        return BackwardResult(
+            from_tensor(response.grad_input),
+            from_tensor(response.grad_gamma) if response.HasField("grad_gamma") else None,
+            from_tensor(response.grad_beta) if response.HasField("grad_beta") else None)
+
+    def register_parameters(self, name, gamma=None, beta=None, *, dtype=None, replace=False,
+                            timeout=None):
+        """Registers a named gamma/beta set; returns its info as a dict."""
+        request = pb.RegisterParametersRequest(name=name, replace=replace)
+        if gamma is not None:
+            request.gamma.CopyFrom(to_tensor(gamma, dtype))
+        if beta is not None:
+            request.beta.CopyFrom(to_tensor(beta, dtype))
+        response = self._call(self._stub.RegisterParameters, request, timeout)
+        return _set_info(response.info)
+
+    def delete_parameters(self, name, *, timeout=None):
+        self._call(self._stub.DeleteParameters, pb.DeleteParametersRequest(name=name), timeout)
+
+    def list_parameters(self, *, timeout=None):
+        """Registered sets as dicts (name, hidden_size, dtype, has_gamma, has_beta, bytes)."""
+        response = self._call(self._stub.ListParameters, pb.ListParametersRequest(), timeout)
+        return [_set_info(info) for info in response.parameter_sets]
+
+    def server_info(self, *, timeout=None):
+        """GetServerInfo as a dict (version, backend, devices, limits, batching)."""
+        from google.protobuf import json_format
+
+        response = self._call(self._stub.GetServerInfo, pb.GetServerInfoRequest(), timeout)
+        return json_format.MessageToDict(response, preserving_proto_field_name=True)
+
+    def health(self, service="", *, timeout=None):
+        """grpc.health.v1 status name, e.g. "SERVING" (hand-encoded request)."""
+        check = self._channel.unary_unary(
+            "/grpc.health.v1.Health/Check",
+            request_serializer=_encode_health_request,
+            response_deserializer=lambda data: data)
+        try:
+            data = check(service, timeout=self.timeout if timeout is None else timeout)
+        except grpc.RpcError as error:
+            raise NormsvcError(error.code(), error.details()) from None
+        status = data[1] if len(data) >= 2 and data[0] == 0x08 else 0
+        return {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}.get(status,
+                                                                                     "UNKNOWN")
+
+    def normalize_stream(self, inputs, *, max_in_flight=64, ordered=True, **kwargs):
+        """Normalizes each array of `inputs` over one NormalizeStream.
+
+        Yields outputs (or NormalizeResults, as normalize() would return) in
+        input order when ordered=True, else (index, result) pairs in
+        completion order. At most max_in_flight requests are outstanding. A
+        per-request error raises NormsvcError. kwargs: as for normalize().
+        """
+        extras = kwargs.get("return_residual_sum") or kwargs.get("return_statistics")
+        window = threading.Semaphore(max_in_flight)
+        done = object()
+        requests = queue.Queue()
+
+        def produce():
+            for index, x in enumerate(inputs):
+                window.acquire()
+                requests.put(self.normalize_request(x, request_id=index, **kwargs))
+            requests.put(done)
+
+        def request_iterator():
+            while True:
+                item = requests.get()
+                if item is done:
+                    return
+                yield item
+
+        producer = threading.Thread(target=produce, daemon=True)
+        producer.start()
+        responses = self._stub.NormalizeStream(request_iterator())
+        pending = {}
+        next_index = 0
+        try:
+            for message in responses:
+                window.release()
+                if message.HasField("error"):
+                    raise NormsvcError(grpc.StatusCode(_code_tuple(message.error.code)),
+                                       f"request {message.request_id}: {message.error.message}")
+                result = self._result(message.response, extras)
+                if not ordered:
+                    yield message.request_id, result
+                    continue
+                pending[message.request_id] = result
+                while next_index in pending:
+                    yield pending.pop(next_index)
+                    next_index += 1
+        except grpc.RpcError as error:
+            raise NormsvcError(error.code(), error.details()) from None
+        finally:
+            responses.cancel()
+        producer.join(timeout=1)
+
+
+def _encode_health_request(service):
+    """grpc.health.v1.HealthCheckRequest{service} in protobuf wire format."""
+    name = service.encode()
+    if not name:
+        return b""
+    length, size = bytearray(), len(name)
+    while size >= 0x80:
+        length.append((size & 0x7F) | 0x80)
+        size >>= 7
+    length.append(size)
+    return b"\x0a" + bytes(length) + name
+
+
+def _code_tuple(code):
+    for status in grpc.StatusCode:
+        if status.value[0] == code:
+            return status.value
+    return grpc.StatusCode.UNKNOWN.value
+
+
+def _set_info(info):
+    return {"name": info.name, "hidden_size": info.hidden_size,
+            "dtype": pb.DType.Name(info.dtype), "has_gamma": info.has_gamma,
+            "has_beta": info.has_beta, "bytes": info.bytes}
+
+
+__all__ = ["Client", "NormsvcError", "NormalizeResult", "BackwardResult", "default_target"]
