@@ -5,8 +5,9 @@
 // sends to normsvc: what it measures is the cost of gRPC itself.
 //
 // GetServerInfo answers backend "echo" (normload detects echo mode from it).
-// grpc.health.v1 answers SERVING. Other methods answer UNIMPLEMENTED. On SIGINT/SIGTERM it stops and prints
-// the number of requests served, e.g. "normsvc_echo: served normalize=N stream_messages=M".
+// grpc.health.v1 answers SERVING. Other methods answer UNIMPLEMENTED. On SIGINT/SIGTERM it stops
+// and prints the number of requests served, e.g. "normsvc_echo: served normalize=N
+// stream_messages=M".
 //
 //   normsvc_echo [--address=127.0.0.1:50052]   (port 0 picks a free port;
 //   the chosen address is printed as "normsvc_echo listening on ADDR")
@@ -129,7 +130,8 @@ int main(int argc, char** argv) {
     if (std::strncmp(argv[i], "--address=", 10) == 0) {
       address = argv[i] + 10;
     } else if (std::strcmp(argv[i], "--help") == 0) {
-      std::printf("usage: normsvc_echo [--address=HOST:PORT]   (default 127.0.0.1:50052; port 0 = any)\n");
+      std::printf(
+          "usage: normsvc_echo [--address=HOST:PORT]   (default 127.0.0.1:50052; port 0 = any)\n");
       return 0;
     } else {
       std::fprintf(stderr, "normsvc_echo: unknown argument '%s'\n", argv[i]);

@@ -54,7 +54,8 @@ absl::StatusOr<int64_t> Args::GetInt(const std::string& name, int64_t fallback) 
   if (!text) return fallback;
   int64_t value = 0;
   if (!absl::SimpleAtoi(*text, &value)) {
-    return absl::InvalidArgumentError(absl::StrCat("--", name, " wants an integer, got '", *text, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " wants an integer, got '", *text, "'"));
   }
   return value;
 }
@@ -64,7 +65,8 @@ absl::StatusOr<double> Args::GetDouble(const std::string& name, double fallback)
   if (!text) return fallback;
   double value = 0;
   if (!absl::SimpleAtod(*text, &value)) {
-    return absl::InvalidArgumentError(absl::StrCat("--", name, " wants a number, got '", *text, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " wants a number, got '", *text, "'"));
   }
   return value;
 }
@@ -74,7 +76,8 @@ absl::StatusOr<bool> Args::GetBool(const std::string& name, bool fallback) {
   if (!text) return fallback;
   bool value = false;
   if (!absl::SimpleAtob(*text, &value)) {
-    return absl::InvalidArgumentError(absl::StrCat("--", name, " wants true or false, got '", *text, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " wants true or false, got '", *text, "'"));
   }
   return value;
 }

@@ -23,8 +23,8 @@ int RunBackward(cli::Args& args, const Session& session) {
     return LocalExitCode(
         absl::InvalidArgumentError("--in x.npy, --grad dy.npy and --dx_out dx.npy are required"));
   }
-  if (absl::Status status = ParametersFromFlags(args, /*allow_beta=*/false,
-                                                request.mutable_parameters());
+  if (absl::Status status =
+          ParametersFromFlags(args, /*allow_beta=*/false, request.mutable_parameters());
       !status.ok()) {
     return LocalExitCode(status);
   }

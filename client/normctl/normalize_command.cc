@@ -78,15 +78,15 @@ absl::StatusOr<v1::NormalizeResponse> NormalizeOverStream(const v1::NormalizeReq
   std::map<uint64_t, v1::NormalizeResponse> by_id;
   for (v1::NormalizeStreamResponse& response : *responses) {
     if (response.has_error()) {
-      return absl::Status(static_cast<absl::StatusCode>(response.error().code()),
-                          absl::StrCat("chunk ", response.request_id(), ": ",
-                                       response.error().message()));
+      return absl::Status(
+          static_cast<absl::StatusCode>(response.error().code()),
+          absl::StrCat("chunk ", response.request_id(), ": ", response.error().message()));
     }
     by_id[response.request_id()] = std::move(*response.mutable_response());
   }
   if (by_id.size() != chunks.size()) {
-    return absl::InternalError(absl::StrCat("stream answered ", by_id.size(), " of ",
-                                            chunks.size(), " chunks"));
+    return absl::InternalError(
+        absl::StrCat("stream answered ", by_id.size(), " of ", chunks.size(), " chunks"));
   }
   return Reassemble(request.input(), by_id);
 }
@@ -97,10 +97,11 @@ int WriteOutputs(const v1::NormalizeResponse& response, const Outputs& outputs) 
     bool present;
     const v1::Tensor& tensor;
   };
-  const Item items[] = {{outputs.out, response.has_output(), response.output()},
-                        {outputs.residual_sum_out, response.has_residual_sum(), response.residual_sum()},
-                        {outputs.mean_out, response.has_mean(), response.mean()},
-                        {outputs.rstd_out, response.has_rstd(), response.rstd()}};
+  const Item items[] = {
+      {outputs.out, response.has_output(), response.output()},
+      {outputs.residual_sum_out, response.has_residual_sum(), response.residual_sum()},
+      {outputs.mean_out, response.has_mean(), response.mean()},
+      {outputs.rstd_out, response.has_rstd(), response.rstd()}};
   for (const Item& item : items) {
     if (item.path.empty()) continue;
     if (!item.present) {
@@ -134,7 +135,8 @@ int RunNormalize(cli::Args& args, const Session& session) {
   absl::StatusOr<int64_t> chunk_rows = args.GetInt("chunk_rows", 1024);
   if (!stream.ok()) return LocalExitCode(stream.status());
   if (!chunk_rows.ok()) return LocalExitCode(chunk_rows.status());
-  if (*chunk_rows < 1) return LocalExitCode(absl::InvalidArgumentError("--chunk_rows must be >= 1"));
+  if (*chunk_rows < 1)
+    return LocalExitCode(absl::InvalidArgumentError("--chunk_rows must be >= 1"));
 
   Outputs outputs;
   outputs.out = args.GetString("out");
@@ -151,8 +153,8 @@ int RunNormalize(cli::Args& args, const Session& session) {
     }
     request.set_return_residual_sum(true);
   }
-  if (absl::Status status = ParametersFromFlags(args, /*allow_beta=*/true,
-                                                request.mutable_parameters());
+  if (absl::Status status =
+          ParametersFromFlags(args, /*allow_beta=*/true, request.mutable_parameters());
       !status.ok()) {
     return LocalExitCode(status);
   }

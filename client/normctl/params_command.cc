@@ -14,9 +14,8 @@ namespace {
 void PrintSet(const v1::ParameterSetInfo& info) {
   std::printf("%-32s %8lld  %-5s %-5s %-5s %12lld\n", info.name().c_str(),
               static_cast<long long>(info.hidden_size()),
-              std::string(client::DTypeName(info.dtype())).c_str(),
-              info.has_gamma() ? "yes" : "no", info.has_beta() ? "yes" : "no",
-              static_cast<long long>(info.bytes()));
+              std::string(client::DTypeName(info.dtype())).c_str(), info.has_gamma() ? "yes" : "no",
+              info.has_beta() ? "yes" : "no", static_cast<long long>(info.bytes()));
 }
 
 void PrintHeader() {
@@ -64,7 +63,8 @@ int List(cli::Args& args, const Session& session) {
   absl::StatusOr<bool> json = args.GetBool("json", false);
   if (!json.ok()) return LocalExitCode(json.status());
   if (absl::Status status = args.CheckAllUsed(); !status.ok()) return LocalExitCode(status);
-  absl::StatusOr<v1::ListParametersResponse> response = session.client->ListParameters(session.call);
+  absl::StatusOr<v1::ListParametersResponse> response =
+      session.client->ListParameters(session.call);
   if (!response.ok()) return ReportRpcError(response.status());
   if (*json) {
     std::string text;

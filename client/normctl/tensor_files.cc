@@ -3,8 +3,8 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
-#include "command.h"
 #include "absl/strings/str_join.h"
+#include "command.h"
 #include "normsvc/client/npy.h"
 #include "normsvc/client/npy_tensor.h"
 #include "normsvc/client/tensor.h"
@@ -30,8 +30,8 @@ absl::StatusOr<std::optional<v1::Tensor>> ReadTensorFlag(cli::Args& args, const 
 absl::Status WriteTensorFile(const std::string& path, const v1::Tensor& tensor) {
   absl::StatusOr<client::NpyArray> array = client::TensorToNpy(tensor);
   if (!array.ok()) {
-    return absl::DataLossError(absl::StrCat("server returned a malformed tensor for ", path,
-                                            ": ", array.status().message()));
+    return absl::DataLossError(absl::StrCat("server returned a malformed tensor for ", path, ": ",
+                                            array.status().message()));
   }
   absl::Status written = client::WriteNpyFile(path, *array);
   if (!written.ok()) return absl::DataLossError(written.message());

@@ -11,70 +11,12 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "load_slot.h"
 #include "normsvc/v1/normalizer.grpc.pb.h"
 #include "verify.h"
 
 namespace normsvc::normload {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-constexpr int kCodeCount = 17;
-
-struct PhaseCounters {
-  std::atomic<uint64_t> ok{0};
-  std::atomic<uint64_t> errors{0};
-  std::array<std::atomic<uint64_t>, kCodeCount> errors_by_code{};
-  std::array<std::atomic<uint64_t>, kMethodCount> method_ok{};
-  std::array<std::atomic<uint64_t>, kMethodCount> method_errors{};
-  std::atomic<uint64_t> rows{0};
-  std::atomic<uint64_t> bytes_sent{0};
-  std::atomic<uint64_t> bytes_received{0};
-  std::atomic<uint64_t> verified{0};
-  std::atomic<uint64_t> verify_failures{0};
-  LatencyHistogram latency;
-
-  PhaseResult Take() {
-    PhaseResult result;
-    result.ok = ok.load();
-    result.errors = errors.load();
-    for (int i = 0; i < kCodeCount; ++i) result.errors_by_code[i] = errors_by_code[i].load();
-    for (int i = 0; i < kMethodCount; ++i) {
-      result.method_ok[i] = method_ok[i].load();
-      result.method_errors[i] = method_errors[i].load();
-    }
-    result.rows = rows.load();
-    result.bytes_sent = bytes_sent.load();
-    result.bytes_received = bytes_received.load();
-    result.verified = verified.load();
-    result.verify_failures = verify_failures.load();
-    result.latency = latency.Take(false);
-    return result;
-  }
-};
-
-class Engine;
-class StreamConnection;
-
-// One request in flight at a time. Owned by the engine; never moves.
-struct Slot {
-  int index = 0;
-  int channel = 0;
-  int sender = 0;  // open loop: the sender thread whose free list it returns to
-  uint64_t rng = 0;
-  int kind = 0;
-  int variant = 0;
-  Clock::time_point start;
-  bool measured = false;
-  std::optional<grpc::ClientContext> context;
-  v1::NormalizeResponse forward_response;
-  v1::NormalizeBackwardResponse backward_response;
-  // Stream requests carry the slot's index as request_id, so each slot
-  // keeps its own copy of the last request it streamed.
-  v1::NormalizeRequest stream_request;
-  int cached_kind = -1;
-  int cached_variant = -1;
-  StreamConnection* stream = nullptr;  // set while waiting on a stream
-};
 
 uint64_t NextRandom(uint64_t& state) {  // xorshift64*
   state ^= state >> 12;
@@ -83,89 +25,21 @@ uint64_t NextRandom(uint64_t& state) {  // xorshift64*
   return state * 0x2545F4914F6CDD1DULL;
 }
 
-class StreamConnection
-    : public grpc::ClientBidiReactor<v1::NormalizeRequest, v1::NormalizeStreamResponse> {
- public:
-  StreamConnection(Engine* engine, v1::Normalizer::Stub* stub) : engine_(engine) {
-    stub->async()->NormalizeStream(&context_, this);
-    StartRead(&response_);
-    StartCall();
-  }
-
-  // Queues the slot's stream_request; false when the stream has ended.
-  bool Send(Slot* slot) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (done_ || broken_ || closing_) return false;
-    slot->stream = this;
-    queue_.push_back(slot);
-    if (!writing_) StartNextLocked();
-    return true;
-  }
-
-  // Half-closes once queued writes are out, then waits for the end.
-  void Close(std::chrono::milliseconds cancel_after) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    closing_ = true;
-    if (!writing_) StartNextLocked();
-    if (!done_cv_.wait_for(lock, cancel_after, [this] { return done_; })) {
-      context_.TryCancel();
-      done_cv_.wait(lock, [this] { return done_; });
-    }
-  }
-  void Cancel() { context_.TryCancel(); }
-
-  void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.pop_front();
-    writing_ = false;
-    if (!ok) {
-      broken_ = true;
-      return;
-    }
-    StartNextLocked();
-  }
-  void OnReadDone(bool ok) override;
-  void OnDone(const grpc::Status& status) override;
-
- private:
-  void StartNextLocked() {
-    if (!queue_.empty()) {
-      writing_ = true;
-      StartWrite(&queue_.front()->stream_request);
-    } else if (closing_ && !writes_done_) {
-      writes_done_ = true;
-      StartWritesDone();
-    }
-  }
-
-  Engine* engine_;
-  grpc::ClientContext context_;
-  v1::NormalizeStreamResponse response_;
-  std::mutex mutex_;
-  std::condition_variable done_cv_;
-  std::deque<Slot*> queue_;  // front is being written while writing_
-  bool writing_ = false;
-  bool closing_ = false;
-  bool writes_done_ = false;
-  bool broken_ = false;
-  bool done_ = false;
-};
-
 struct SenderState {
   std::mutex mutex;
   std::condition_variable cv;
   std::vector<Slot*> free;
 };
 
-class Engine {
+class Engine : public StreamSink {
  public:
   Engine(const EngineOptions& options, const std::vector<PreparedKind>& kinds,
          const std::vector<std::shared_ptr<grpc::Channel>>& channels);
   RunResult Run();
 
   void OnUnaryDone(Slot* slot, const grpc::Status& status);
-  void OnStreamResponse(const v1::NormalizeStreamResponse& response);
-  void OnStreamEnded(StreamConnection* stream, const grpc::Status& status);
+  void OnStreamResponse(const v1::NormalizeStreamResponse& response) override;
+  void OnStreamEnded(StreamConnection* stream, const grpc::Status& status) override;
 
  private:
   void Issue(Slot* slot);  // closed loop: next request of a slot, or retire it
@@ -202,22 +76,6 @@ class Engine {
 
 thread_local int issue_depth = 0;
 
-void StreamConnection::OnReadDone(bool ok) {
-  if (!ok) return;
-  engine_->OnStreamResponse(response_);
-  StartRead(&response_);
-}
-
-void StreamConnection::OnDone(const grpc::Status& status) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    done_ = true;
-  }
-  engine_->OnStreamEnded(this, status);
-  std::lock_guard<std::mutex> lock(mutex_);
-  done_cv_.notify_all();
-}
-
 Engine::Engine(const EngineOptions& options, const std::vector<PreparedKind>& kinds,
                const std::vector<std::shared_ptr<grpc::Channel>>& channels)
     : options_(options), kinds_(kinds) {
@@ -228,10 +86,12 @@ Engine::Engine(const EngineOptions& options, const std::vector<PreparedKind>& ki
   size_t next = 0;
   for (size_t k = 0; k < kinds_.size(); ++k) {
     cumulative += kinds_[k].kind.weight;
-    const size_t until = k + 1 == kinds_.size() ? 4096 : static_cast<size_t>(4096 * cumulative / total_weight);
+    const size_t until =
+        k + 1 == kinds_.size() ? 4096 : static_cast<size_t>(4096 * cumulative / total_weight);
     for (; next < until; ++next) kind_table_.push_back(static_cast<int>(k));
   }
-  const int slot_count = options_.mode == LoopMode::kClosed ? options_.concurrency : options_.max_in_flight;
+  const int slot_count =
+      options_.mode == LoopMode::kClosed ? options_.concurrency : options_.max_in_flight;
   const int senders = options_.mode == LoopMode::kOpen ? std::max(1, options_.sender_threads) : 0;
   for (int s = 0; s < senders; ++s) senders_.push_back(std::make_unique<SenderState>());
   for (int i = 0; i < slot_count; ++i) {
@@ -281,8 +141,9 @@ void Engine::Start(Slot* slot) {
     }
     slot->stream_request.set_request_id(static_cast<uint64_t>(slot->index));
     const int per_channel = std::max(1, options_.streams_per_channel);
-    StreamConnection* stream =
-        streams_[slot->channel * per_channel + slot->index / static_cast<int>(stubs_.size()) % per_channel].get();
+    StreamConnection* stream = streams_[slot->channel * per_channel +
+                                        slot->index / static_cast<int>(stubs_.size()) % per_channel]
+                                   .get();
     if (!stream->Send(slot)) {
       Complete(slot, kMethodNormalizeStream, grpc::StatusCode::UNAVAILABLE, "stream ended", 0, "");
       // A broken stream takes its slots out of the loop instead of spinning.
@@ -325,8 +186,8 @@ void Engine::OnUnaryDone(Slot* slot, const grpc::Status& status) {
     method = kMethodBackward;
     const v1::NormalizeBackwardResponse& r = slot->backward_response;
     if (status.ok()) {
-      bytes = r.grad_input().data().size() + r.grad_gamma().data().size() +
-              r.grad_beta().data().size();
+      bytes =
+          r.grad_input().data().size() + r.grad_gamma().data().size() + r.grad_beta().data().size();
       if (options_.verify) verify_error = CheckBackwardResponse(kind, variant, r);
     }
   }
@@ -386,7 +247,8 @@ void Engine::Complete(Slot* slot, int method, grpc::StatusCode code, const std::
     phase.ok.fetch_add(1, std::memory_order_relaxed);
     phase.method_ok[method].fetch_add(1, std::memory_order_relaxed);
     phase.rows.fetch_add(kind.kind.rows, std::memory_order_relaxed);
-    phase.bytes_sent.fetch_add(kind.variants[slot->variant].request_bytes, std::memory_order_relaxed);
+    phase.bytes_sent.fetch_add(kind.variants[slot->variant].request_bytes,
+                               std::memory_order_relaxed);
     phase.bytes_received.fetch_add(bytes_received, std::memory_order_relaxed);
     phase.latency.Record(nanos);
     interval_latency_.Record(nanos);
@@ -398,7 +260,8 @@ void Engine::Complete(Slot* slot, int method, grpc::StatusCode code, const std::
         phase.verify_failures.fetch_add(1, std::memory_order_relaxed);
         std::lock_guard<std::mutex> lock(note_mutex_);
         if (first_verify_failure_.empty()) {
-          first_verify_failure_ = absl::StrCat(DescribeKind(kinds_[slot->kind].kind), ": ", verify_error);
+          first_verify_failure_ =
+              absl::StrCat(DescribeKind(kinds_[slot->kind].kind), ": ", verify_error);
         }
       }
     }
@@ -462,7 +325,8 @@ void Engine::SenderLoop(int index) {
       slot = sender.free.back();
       sender.free.pop_back();
     }
-    const int64_t lag = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - next).count();
+    const int64_t lag =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - next).count();
     if (lag > 1000000) late_sends_.fetch_add(1, std::memory_order_relaxed);
     int64_t seen = max_lag_ns_.load(std::memory_order_relaxed);
     while (lag > seen && !max_lag_ns_.compare_exchange_weak(seen, lag)) {
@@ -482,11 +346,11 @@ void Engine::PrintProgress(double elapsed_s) {
   const uint64_t ok = interval_ok_.exchange(0);
   const uint64_t errors = interval_errors_.exchange(0);
   const double warmup = options_.warmup_s;
-  std::fprintf(stderr, "[%6.1fs] %-7s %9llu req/s  p50 %8.3f ms  p99 %8.3f ms  errors %llu  in flight %d\n",
-               elapsed_s, elapsed_s <= warmup + 1e-3 ? "warm-up" : "measure",
-               static_cast<unsigned long long>(ok), latency.Percentile(0.5) / 1e6,
-               latency.Percentile(0.99) / 1e6, static_cast<unsigned long long>(errors),
-               in_flight_.load());
+  std::fprintf(
+      stderr, "[%6.1fs] %-7s %9llu req/s  p50 %8.3f ms  p99 %8.3f ms  errors %llu  in flight %d\n",
+      elapsed_s, elapsed_s <= warmup + 1e-3 ? "warm-up" : "measure",
+      static_cast<unsigned long long>(ok), latency.Percentile(0.5) / 1e6,
+      latency.Percentile(0.99) / 1e6, static_cast<unsigned long long>(errors), in_flight_.load());
 }
 
 RunResult Engine::Run() {
@@ -499,7 +363,8 @@ RunResult Engine::Run() {
   if (options_.mode == LoopMode::kClosed) {
     for (auto& slot : slots_) Issue(slot.get());
   } else {
-    for (size_t s = 0; s < senders_.size(); ++s) senders.emplace_back([this, s] { SenderLoop(static_cast<int>(s)); });
+    for (size_t s = 0; s < senders_.size(); ++s)
+      senders.emplace_back([this, s] { SenderLoop(static_cast<int>(s)); });
   }
   Clock::time_point next_progress = begin_ + std::chrono::seconds(1);
   while (Clock::now() < end_) {
@@ -513,8 +378,8 @@ RunResult Engine::Run() {
   }
   for (std::thread& sender : senders) sender.join();
   // Drain: unary calls end by their deadline; streams are cancelled after it.
-  const Clock::time_point give_up = Clock::now() + std::chrono::milliseconds(options_.deadline_ms) +
-                                    std::chrono::seconds(2);
+  const Clock::time_point give_up =
+      Clock::now() + std::chrono::milliseconds(options_.deadline_ms) + std::chrono::seconds(2);
   while (!Drained() && Clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     ServiceDeferred();

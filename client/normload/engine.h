@@ -31,22 +31,27 @@ enum class LoopMode { kClosed, kOpen };
 
 struct EngineOptions {
   LoopMode mode = LoopMode::kClosed;
-  int concurrency = 64;          // closed loop: requests in flight
-  double rate = 1000;            // open loop: requests per second
-  int max_in_flight = 4096;      // open loop: in-flight cap (then sends wait)
-  int sender_threads = 2;        // open loop: threads scheduling arrivals
-  int streams_per_channel = 1;   // NormalizeStream calls per channel (stream kinds)
+  int concurrency = 64;         // closed loop: requests in flight
+  double rate = 1000;           // open loop: requests per second
+  int max_in_flight = 4096;     // open loop: in-flight cap (then sends wait)
+  int sender_threads = 2;       // open loop: threads scheduling arrivals
+  int streams_per_channel = 1;  // NormalizeStream calls per channel (stream kinds)
   double warmup_s = 2;
   double duration_s = 10;
-  int64_t deadline_ms = 10000;   // per unary call
+  int64_t deadline_ms = 10000;  // per unary call
   bool verify = false;
   bool echo = false;
-  bool progress = true;          // a line per second on stderr
+  bool progress = true;  // a line per second on stderr
   uint64_t seed = 1;
 };
 
 // Methods counted separately (the server's metrics label them so).
-enum MethodIndex { kMethodNormalize = 0, kMethodNormalizeStream = 1, kMethodBackward = 2, kMethodCount = 3 };
+enum MethodIndex {
+  kMethodNormalize = 0,
+  kMethodNormalizeStream = 1,
+  kMethodBackward = 2,
+  kMethodCount = 3
+};
 const char* MethodName(int method);
 
 // Counts of one phase, copied out of the engine.
@@ -67,12 +72,12 @@ struct PhaseResult {
 struct RunResult {
   PhaseResult warmup;
   PhaseResult measured;
-  double measured_seconds = 0;   // length of the measurement window
-  double max_send_lag_s = 0;     // open loop: worst lateness of an actual send
-  uint64_t late_sends = 0;       // open loop: sends more than 1 ms behind schedule
-  uint64_t abandoned = 0;        // requests cancelled after the drain timeout
+  double measured_seconds = 0;  // length of the measurement window
+  double max_send_lag_s = 0;    // open loop: worst lateness of an actual send
+  uint64_t late_sends = 0;      // open loop: sends more than 1 ms behind schedule
+  uint64_t abandoned = 0;       // requests cancelled after the drain timeout
   std::string first_verify_failure;
-  std::string first_error;       // "CODE: message" of the first failed request
+  std::string first_error;  // "CODE: message" of the first failed request
 };
 
 // Runs one load: warm-up, measurement, then waits for every request in

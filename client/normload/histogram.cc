@@ -38,8 +38,8 @@ void LatencyHistogram::Record(uint64_t nanos) {
 HistogramSnapshot LatencyHistogram::Take(bool reset) {
   HistogramSnapshot snapshot;
   for (int i = 0; i < kBucketCount; ++i) {
-    const uint64_t count =
-        reset ? counts_[i].exchange(0, std::memory_order_relaxed) : counts_[i].load(std::memory_order_relaxed);
+    const uint64_t count = reset ? counts_[i].exchange(0, std::memory_order_relaxed)
+                                 : counts_[i].load(std::memory_order_relaxed);
     snapshot.counts_[i] = count;
     snapshot.count_ += count;
   }
@@ -72,7 +72,8 @@ uint64_t HistogramSnapshot::Percentile(double quantile) const {
   uint64_t seen = 0;
   for (size_t i = 0; i < counts_.size(); ++i) {
     seen += counts_[i];
-    if (seen >= rank) return std::min(LatencyHistogram::BucketUpperBound(static_cast<int>(i)), max_);
+    if (seen >= rank)
+      return std::min(LatencyHistogram::BucketUpperBound(static_cast<int>(i)), max_);
   }
   return max_;
 }

@@ -18,7 +18,8 @@ class LatencyHistogram {
  public:
   static constexpr int kSubBucketBits = 7;  // 128 sub-buckets per octave
   static constexpr int kMaxShift = 33;      // values up to 2^41 ns
-  static constexpr int kBucketCount = (kMaxShift + 1) * (1 << kSubBucketBits) + (1 << kSubBucketBits);
+  static constexpr int kBucketCount =
+      (kMaxShift + 1) * (1 << kSubBucketBits) + (1 << kSubBucketBits);
 
   // Bucket index of a value in nanoseconds (values past the range clamp).
   static int BucketOf(uint64_t nanos);

@@ -77,7 +77,8 @@ struct Flags {
 };
 
 int Usage(const absl::Status& status) {
-  std::fprintf(stderr, "normload: %s (see normload --help)\n", std::string(status.message()).c_str());
+  std::fprintf(stderr, "normload: %s (see normload --help)\n",
+               std::string(status.message()).c_str());
   return 2;
 }
 
@@ -96,7 +97,8 @@ absl::Status ReadFlags(cli::Args& args, Flags* flags) {
   };
   EngineOptions& e = flags->engine;
   for (absl::Status status :
-       {get_int("concurrency", 64, &e.concurrency), get_int("max_in_flight", 4096, &e.max_in_flight),
+       {get_int("concurrency", 64, &e.concurrency),
+        get_int("max_in_flight", 4096, &e.max_in_flight),
         get_int("sender_threads", 2, &e.sender_threads), get_int("channels", 4, &flags->channels),
         get_int("streams_per_channel", 1, &e.streams_per_channel),
         get_int("deadline_ms", 10000, &e.deadline_ms), get_int("variants", 4, &flags->variants),
@@ -164,13 +166,14 @@ int Main(int argc, char** argv) {
   if (absl::Status status = args.CheckAllUsed(); !status.ok()) return Usage(status);
 
   absl::StatusOr<std::vector<RequestKind>> kinds =
-      !flags.scenario.empty() ? ReadScenarioFile(flags.scenario)
-                              : ParseMix(flags.mix.empty() ? "op=layernorm,dtype=fp32,rows=1,hidden=4096"
-                                                           : flags.mix);
+      !flags.scenario.empty()
+          ? ReadScenarioFile(flags.scenario)
+          : ParseMix(flags.mix.empty() ? "op=layernorm,dtype=fp32,rows=1,hidden=4096" : flags.mix);
   if (!kinds.ok()) return Usage(kinds.status());
 
   // Channels, each with its own connection, spread over the targets.
-  const std::vector<std::string> targets = absl::StrSplit(channel_options->target, ',', absl::SkipEmpty());
+  const std::vector<std::string> targets =
+      absl::StrSplit(channel_options->target, ',', absl::SkipEmpty());
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (int i = 0; i < flags.channels; ++i) {
     client::ChannelOptions options = *channel_options;
@@ -253,7 +256,8 @@ int Main(int argc, char** argv) {
       description.engine.mode = LoopMode::kOpen;
       description.engine.rate = values[i];
     }
-    if (!swept.empty()) std::fprintf(stderr, "normload: sweep point %s=%g\n", swept.c_str(), values[i]);
+    if (!swept.empty())
+      std::fprintf(stderr, "normload: sweep point %s=%g\n", swept.c_str(), values[i]);
     const RunResult result = RunLoad(description.engine, *prepared, channels);
     PrintReport(stdout, description, result);
     std::fflush(stdout);
@@ -264,7 +268,8 @@ int Main(int argc, char** argv) {
 
   for (const std::string& name : registered) {
     if (absl::Status status = probe.DeleteParameters(name, probe_options); !status.ok()) {
-      std::fprintf(stderr, "normload: DeleteParameters %s: %s\n", name.c_str(), status.ToString().c_str());
+      std::fprintf(stderr, "normload: DeleteParameters %s: %s\n", name.c_str(),
+                   status.ToString().c_str());
     }
   }
   if (!flags.json_path.empty()) {
@@ -274,7 +279,8 @@ int Main(int argc, char** argv) {
                                      "\", \"points\": [", absl::StrJoin(runs_json, ",\n"), "]}\n");
     if (!WriteFile(flags.json_path, json) && exit_code == 0) exit_code = 1;
   }
-  if (!swept.empty() && !flags.csv_path.empty() && !WriteFile(flags.csv_path, csv) && exit_code == 0) {
+  if (!swept.empty() && !flags.csv_path.empty() && !WriteFile(flags.csv_path, csv) &&
+      exit_code == 0) {
     exit_code = 1;
   }
   if (!flags.plot_path.empty()) {
@@ -287,8 +293,9 @@ int Main(int argc, char** argv) {
       csv_path = flags.plot_path + ".csv";
       WriteFile(csv_path, csv);
     }
-    absl::Status plotted = PlotSweep(csv_path, flags.plot_path,
-                                     absl::StrCat("normload sweep over ", swept, ": ", description.target));
+    absl::Status plotted =
+        PlotSweep(csv_path, flags.plot_path,
+                  absl::StrCat("normload sweep over ", swept, ": ", description.target));
     if (!plotted.ok()) {
       std::fprintf(stderr, "normload: %s\n", std::string(plotted.message()).c_str());
       if (exit_code == 0) exit_code = 1;

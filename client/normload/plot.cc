@@ -69,9 +69,9 @@ absl::Status PlotSweep(const std::string& csv_path, const std::string& png_path,
   const int status = std::system(command.c_str());
   std::remove(script_path.c_str());
   if (status != 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "plotting failed (", command,
-        "); install gnuplot, or matplotlib for $NORMSVC_PLOT_PYTHON / python3"));
+    return absl::UnavailableError(
+        absl::StrCat("plotting failed (", command,
+                     "); install gnuplot, or matplotlib for $NORMSVC_PLOT_PYTHON / python3"));
   }
   return absl::OkStatus();
 }

@@ -25,7 +25,8 @@ std::vector<float> Decode(const std::string& bytes, v1::DType dtype) {
   const kernels::DType kernel_dtype = *client::ToKernelDType(dtype);
   const int64_t count = static_cast<int64_t>(bytes.size()) / client::DTypeSize(dtype);
   std::vector<float> values(count);
-  for (int64_t i = 0; i < count; ++i) values[i] = kernels::LoadAsFloat(bytes.data(), kernel_dtype, i);
+  for (int64_t i = 0; i < count; ++i)
+    values[i] = kernels::LoadAsFloat(bytes.data(), kernel_dtype, i);
   return values;
 }
 

@@ -34,7 +34,8 @@ std::string MethodsJson(const uint64_t* ok, const uint64_t* errors) {
   std::vector<std::string> parts;
   for (int m = 0; m < kMethodCount; ++m) {
     if (ok[m] == 0 && errors[m] == 0) continue;
-    parts.push_back(absl::StrCat(Quote(MethodName(m)), ": {\"ok\": ", ok[m], ", \"errors\": ", errors[m], "}"));
+    parts.push_back(
+        absl::StrCat(Quote(MethodName(m)), ": {\"ok\": ", ok[m], ", \"errors\": ", errors[m], "}"));
   }
   return absl::StrCat("{", absl::StrJoin(parts, ", "), "}");
 }
@@ -42,22 +43,24 @@ std::string MethodsJson(const uint64_t* ok, const uint64_t* errors) {
 std::string PhaseJson(const PhaseResult& phase, double seconds) {
   std::vector<std::string> codes;
   for (int c = 0; c < 17; ++c) {
-    if (phase.errors_by_code[c] > 0) codes.push_back(absl::StrCat(Quote(CodeName(c)), ": ", phase.errors_by_code[c]));
+    if (phase.errors_by_code[c] > 0)
+      codes.push_back(absl::StrCat(Quote(CodeName(c)), ": ", phase.errors_by_code[c]));
   }
   const double s = seconds > 0 ? seconds : 1;
   const HistogramSnapshot& h = phase.latency;
   return absl::StrCat(
-      "{\"requests\": ", phase.ok + phase.errors, ", \"ok\": ", phase.ok, ", \"errors\": ", phase.errors,
-      ", \"errors_by_code\": {", absl::StrJoin(codes, ", "), "}, \"rows\": ", phase.rows,
-      ", \"bytes_sent\": ", phase.bytes_sent, ", \"bytes_received\": ", phase.bytes_received,
-      ", \"seconds\": ", Number(seconds), ", \"req_per_s\": ", Number(phase.ok / s),
-      ", \"rows_per_s\": ", Number(phase.rows / s),
+      "{\"requests\": ", phase.ok + phase.errors, ", \"ok\": ", phase.ok,
+      ", \"errors\": ", phase.errors, ", \"errors_by_code\": {", absl::StrJoin(codes, ", "),
+      "}, \"rows\": ", phase.rows, ", \"bytes_sent\": ", phase.bytes_sent,
+      ", \"bytes_received\": ", phase.bytes_received, ", \"seconds\": ", Number(seconds),
+      ", \"req_per_s\": ", Number(phase.ok / s), ", \"rows_per_s\": ", Number(phase.rows / s),
       ", \"gb_per_s\": ", Number((phase.bytes_sent + phase.bytes_received) / s / 1e9),
       ", \"latency_ms\": {\"min\": ", Number(h.min() / 1e6), ", \"mean\": ", Number(h.mean() / 1e6),
-      ", \"p50\": ", Number(h.Percentile(0.5) / 1e6), ", \"p90\": ", Number(h.Percentile(0.9) / 1e6),
-      ", \"p99\": ", Number(h.Percentile(0.99) / 1e6), ", \"p999\": ", Number(h.Percentile(0.999) / 1e6),
-      ", \"max\": ", Number(h.max() / 1e6), "}, \"verified\": ", phase.verified,
-      ", \"verify_failures\": ", phase.verify_failures,
+      ", \"p50\": ", Number(h.Percentile(0.5) / 1e6),
+      ", \"p90\": ", Number(h.Percentile(0.9) / 1e6),
+      ", \"p99\": ", Number(h.Percentile(0.99) / 1e6),
+      ", \"p999\": ", Number(h.Percentile(0.999) / 1e6), ", \"max\": ", Number(h.max() / 1e6),
+      "}, \"verified\": ", phase.verified, ", \"verify_failures\": ", phase.verify_failures,
       ", \"by_method\": ", MethodsJson(phase.method_ok, phase.method_errors), "}");
 }
 
@@ -78,14 +81,18 @@ std::string RunToJson(const RunDescription& d, const RunResult& r) {
       ", \"concurrency\": ", open ? d.engine.max_in_flight : d.engine.concurrency,
       ", \"rate\": ", open ? Number(d.engine.rate) : "null", ", \"channels\": ", d.channels,
       ", \"streams_per_channel\": ", d.engine.streams_per_channel,
-      ", \"warmup_s\": ", Number(d.engine.warmup_s), ", \"duration_s\": ", Number(d.engine.duration_s),
+      ", \"warmup_s\": ", Number(d.engine.warmup_s),
+      ", \"duration_s\": ", Number(d.engine.duration_s),
       ", \"deadline_ms\": ", d.engine.deadline_ms, ", \"seed\": ", d.engine.seed,
-      ", \"echo\": ", d.engine.echo ? "true" : "false", ", \"verify\": ", d.engine.verify ? "true" : "false",
-      ", \"server\": {\"backend\": ", Quote(d.server_backend), ", \"version\": ", Quote(d.server_version),
-      "}, \"mix\": [", absl::StrJoin(mix, ", "), "], \"measured\": ", PhaseJson(r.measured, r.measured_seconds),
+      ", \"echo\": ", d.engine.echo ? "true" : "false",
+      ", \"verify\": ", d.engine.verify ? "true" : "false",
+      ", \"server\": {\"backend\": ", Quote(d.server_backend),
+      ", \"version\": ", Quote(d.server_version), "}, \"mix\": [", absl::StrJoin(mix, ", "),
+      "], \"measured\": ", PhaseJson(r.measured, r.measured_seconds),
       ", \"warmup\": ", PhaseJson(r.warmup, d.engine.warmup_s),
       ", \"totals\": {\"ok\": ", r.warmup.ok + r.measured.ok,
-      ", \"errors\": ", r.warmup.errors + r.measured.errors, ", \"by_method\": ", MethodsJson(ok, errors),
+      ", \"errors\": ", r.warmup.errors + r.measured.errors,
+      ", \"by_method\": ", MethodsJson(ok, errors),
       "}, \"open_loop\": {\"max_send_lag_ms\": ", Number(r.max_send_lag_s * 1e3),
       ", \"late_sends\": ", r.late_sends, "}, \"abandoned\": ", r.abandoned,
       ", \"first_error\": ", Quote(r.first_error),
@@ -103,29 +110,35 @@ void PrintReport(std::FILE* out, const RunDescription& d, const RunResult& r) {
                    ? absl::StrCat(Number(d.engine.rate), " req/s Poisson").c_str()
                    : absl::StrCat(d.engine.concurrency, " in flight").c_str(),
                d.channels, d.engine.duration_s, d.engine.warmup_s);
-  for (const PreparedKind& kind : *d.kinds) std::fprintf(out, "  mix: %s\n", DescribeKind(kind.kind).c_str());
-  std::fprintf(out, "throughput  %.0f req/s   %.0f rows/s   %.3f GB/s (in+out)\n", m.ok / s, m.rows / s,
-               (m.bytes_sent + m.bytes_received) / s / 1e9);
+  for (const PreparedKind& kind : *d.kinds)
+    std::fprintf(out, "  mix: %s\n", DescribeKind(kind.kind).c_str());
+  std::fprintf(out, "throughput  %.0f req/s   %.0f rows/s   %.3f GB/s (in+out)\n", m.ok / s,
+               m.rows / s, (m.bytes_sent + m.bytes_received) / s / 1e9);
   std::fprintf(out, "latency ms  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  (mean %.3f)\n",
                h.Percentile(0.5) / 1e6, h.Percentile(0.9) / 1e6, h.Percentile(0.99) / 1e6,
                h.Percentile(0.999) / 1e6, h.max() / 1e6, h.mean() / 1e6);
-  std::fprintf(out, "requests    %llu ok, %llu errors (measured); %llu ok, %llu errors in warm-up\n",
+  std::fprintf(out,
+               "requests    %llu ok, %llu errors (measured); %llu ok, %llu errors in warm-up\n",
                static_cast<unsigned long long>(m.ok), static_cast<unsigned long long>(m.errors),
-               static_cast<unsigned long long>(r.warmup.ok), static_cast<unsigned long long>(r.warmup.errors));
+               static_cast<unsigned long long>(r.warmup.ok),
+               static_cast<unsigned long long>(r.warmup.errors));
   for (int c = 0; c < 17; ++c) {
     const uint64_t count = m.errors_by_code[c] + r.warmup.errors_by_code[c];
-    if (count > 0) std::fprintf(out, "  %-20s %llu\n", CodeName(c).c_str(), static_cast<unsigned long long>(count));
+    if (count > 0)
+      std::fprintf(out, "  %-20s %llu\n", CodeName(c).c_str(),
+                   static_cast<unsigned long long>(count));
   }
   if (!r.first_error.empty()) std::fprintf(out, "first error: %s\n", r.first_error.c_str());
   if (d.engine.verify) {
     std::fprintf(out, "verified    %llu responses, %llu mismatches\n",
                  static_cast<unsigned long long>(m.verified + r.warmup.verified),
                  static_cast<unsigned long long>(m.verify_failures + r.warmup.verify_failures));
-    if (!r.first_verify_failure.empty()) std::fprintf(out, "first mismatch: %s\n", r.first_verify_failure.c_str());
+    if (!r.first_verify_failure.empty())
+      std::fprintf(out, "first mismatch: %s\n", r.first_verify_failure.c_str());
   }
   if (d.engine.mode == LoopMode::kOpen) {
-    std::fprintf(out, "sender      max lag %.3f ms, %llu sends > 1 ms late\n", r.max_send_lag_s * 1e3,
-                 static_cast<unsigned long long>(r.late_sends));
+    std::fprintf(out, "sender      max lag %.3f ms, %llu sends > 1 ms late\n",
+                 r.max_send_lag_s * 1e3, static_cast<unsigned long long>(r.late_sends));
   }
   if (r.abandoned > 0) {
     std::fprintf(out, "abandoned   %llu requests unanswered after the deadline\n",

@@ -40,7 +40,8 @@ std::string Compare(const char* what, const v1::Tensor& got, v1::DType want_dtyp
     const double value = kernels::LoadAsFloat(got.data().data(), dtype, static_cast<int64_t>(i));
     const double bound = tolerance.atol + tolerance.rtol * std::fabs(want[i]);
     if (!(std::fabs(value - want[i]) <= bound)) {
-      return absl::StrCat(what, "[", i, "] = ", value, ", reference ", want[i], " (bound ", bound, ")");
+      return absl::StrCat(what, "[", i, "] = ", value, ", reference ", want[i], " (bound ", bound,
+                          ")");
     }
   }
   return "";
@@ -61,8 +62,8 @@ std::string CheckForwardResponse(const PreparedKind& kind, const Variant& varian
   std::string error =
       Compare("output", response.output(), out_dtype, variant.expected.output, ForDType(out_dtype));
   if (error.empty() && k.residual) {
-    error = Compare("residual_sum", response.residual_sum(), k.dtype,
-                    variant.expected.residual_sum, {0, 0});  // x + r rounded once: exact
+    error = Compare("residual_sum", response.residual_sum(), k.dtype, variant.expected.residual_sum,
+                    {0, 0});  // x + r rounded once: exact
   }
   if (error.empty() && k.statistics) {
     if (k.op == v1::LAYER_NORM) {
@@ -78,15 +79,16 @@ std::string CheckForwardResponse(const PreparedKind& kind, const Variant& varian
 std::string CheckBackwardResponse(const PreparedKind& kind, const Variant& variant,
                                   const v1::NormalizeBackwardResponse& response) {
   const RequestKind& k = kind.kind;
-  std::string error = Compare("grad_input", response.grad_input(), k.dtype,
-                              variant.expected.output, ForDType(k.dtype));
+  std::string error = Compare("grad_input", response.grad_input(), k.dtype, variant.expected.output,
+                              ForDType(k.dtype));
   const Tolerance reduced{1e-3 * static_cast<double>(k.rows), 1e-3};
   if (error.empty()) {
     error = Compare("grad_gamma", response.grad_gamma(), v1::FP32, variant.expected.grad_gamma,
                     reduced);
   }
   if (error.empty() && k.op == v1::LAYER_NORM) {
-    error = Compare("grad_beta", response.grad_beta(), v1::FP32, variant.expected.grad_beta, reduced);
+    error =
+        Compare("grad_beta", response.grad_beta(), v1::FP32, variant.expected.grad_beta, reduced);
   }
   return error;
 }

@@ -36,9 +36,10 @@ std::string DescribeKind(const RequestKind& kind) {
       kind.param_dtype == v1::DTYPE_UNSPECIFIED ? "same"
                                                 : std::string(client::DTypeName(kind.param_dtype)),
       ",residual=", kind.residual ? 1 : 0, ",stats=", kind.statistics ? 1 : 0, ",out_dtype=",
-      std::string(client::DTypeName(kind.out_dtype == v1::DTYPE_UNSPECIFIED ? kind.dtype
-                                                                            : kind.out_dtype)),
-      ",eps=", kind.epsilon, ",transport=", kind.transport == Transport::kUnary ? "unary" : "stream",
+      std::string(
+          client::DTypeName(kind.out_dtype == v1::DTYPE_UNSPECIFIED ? kind.dtype : kind.out_dtype)),
+      ",eps=", kind.epsilon,
+      ",transport=", kind.transport == Transport::kUnary ? "unary" : "stream",
       ",weight=", kind.weight);
 }
 
@@ -67,7 +68,9 @@ absl::StatusOr<RequestKind> ParseKind(const std::string& text) {
       std::optional<v1::DType> dtype = client::ParseDType(value);
       if (key == "param_dtype" && value == "same") dtype = v1::DTYPE_UNSPECIFIED;
       if (!dtype) return BadValue(key, value);
-      (key == "dtype" ? kind.dtype : key == "out_dtype" ? kind.out_dtype : kind.param_dtype) = *dtype;
+      (key == "dtype"       ? kind.dtype
+       : key == "out_dtype" ? kind.out_dtype
+                            : kind.param_dtype) = *dtype;
     } else if (key == "rows" || key == "hidden") {
       int64_t number = 0;
       if (!absl::SimpleAtoi(value, &number) || number < 1 || number > (int64_t{1} << 24)) {
@@ -89,7 +92,8 @@ absl::StatusOr<RequestKind> ParseKind(const std::string& text) {
       if (!flag.ok()) return flag.status();
       (key == "residual" ? kind.residual : kind.statistics) = *flag;
     } else if (key == "eps") {
-      if (!absl::SimpleAtof(value, &kind.epsilon) || !(kind.epsilon > 0)) return BadValue(key, value);
+      if (!absl::SimpleAtof(value, &kind.epsilon) || !(kind.epsilon > 0))
+        return BadValue(key, value);
     } else if (key == "transport") {
       if (value == "unary") {
         kind.transport = Transport::kUnary;
@@ -123,7 +127,8 @@ absl::StatusOr<std::vector<RequestKind>> ParseMix(const std::string& text) {
   for (absl::string_view part : absl::StrSplit(text, ';', absl::SkipWhitespace())) {
     absl::StatusOr<RequestKind> kind = ParseKind(std::string(part));
     if (!kind.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("mix '", part, "': ", kind.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("mix '", part, "': ", kind.status().message()));
     }
     kinds.push_back(*kind);
   }

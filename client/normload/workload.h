@@ -78,9 +78,9 @@ struct PreparedKind {
 };
 
 struct WorkloadOptions {
-  int variants = 4;      // distinct random payloads per kind
-  bool verify = false;   // compute expected answers with the CPU reference
-  bool echo = false;     // the target echoes inputs; expected = input
+  int variants = 4;     // distinct random payloads per kind
+  bool verify = false;  // compute expected answers with the CPU reference
+  bool echo = false;    // the target echoes inputs; expected = input
   uint64_t seed = 1;
   std::string name_prefix = "normload";  // of registered parameter sets
 };

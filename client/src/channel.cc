@@ -27,8 +27,8 @@ std::string Seconds(int ms) { return absl::StrCat(ms / 1000.0, "s"); }
 }  // namespace
 
 std::string BuildServiceConfigJson(const ChannelOptions& options) {
-  std::string json = absl::StrCat(R"({"loadBalancingConfig":[{")", options.load_balancing_policy,
-                                  R"(":{}}])");
+  std::string json =
+      absl::StrCat(R"({"loadBalancingConfig":[{")", options.load_balancing_policy, R"(":{}}])");
   if (options.retry_max_attempts > 1) {
     std::string codes = R"("UNAVAILABLE")";
     if (options.retry_resource_exhausted) absl::StrAppend(&codes, R"(,"RESOURCE_EXHAUSTED")");

@@ -185,11 +185,10 @@ absl::StatusOr<std::vector<v1::NormalizeStreamResponse>> NormalizerClient::Norma
   std::vector<v1::NormalizeStreamResponse> responses;
   std::mutex mutex;
   {
-    NormalizeStream stream(stub_.get(), options,
-                           [&](const v1::NormalizeStreamResponse& response) {
-                             std::lock_guard<std::mutex> lock(mutex);
-                             responses.push_back(response);
-                           });
+    NormalizeStream stream(stub_.get(), options, [&](const v1::NormalizeStreamResponse& response) {
+      std::lock_guard<std::mutex> lock(mutex);
+      responses.push_back(response);
+    });
     for (const v1::NormalizeRequest& request : requests) stream.Write(request);
     if (absl::Status status = stream.Finish(); !status.ok()) return status;
   }
@@ -248,14 +247,16 @@ void NormalizerClient::GetServerInfoAsync(const CallOptions& options,
 }
 
 std::unique_ptr<NormalizeStream> NormalizerClient::OpenStream(
-    const CallOptions& options, std::function<void(const v1::NormalizeStreamResponse&)> on_response) {
+    const CallOptions& options,
+    std::function<void(const v1::NormalizeStreamResponse&)> on_response) {
   return std::make_unique<NormalizeStream>(stub_.get(), options, std::move(on_response));
 }
 
 // ---- NormalizeStream
 
-NormalizeStream::NormalizeStream(v1::Normalizer::Stub* stub, const CallOptions& options,
-                                 std::function<void(const v1::NormalizeStreamResponse&)> on_response)
+NormalizeStream::NormalizeStream(
+    v1::Normalizer::Stub* stub, const CallOptions& options,
+    std::function<void(const v1::NormalizeStreamResponse&)> on_response)
     : on_response_(std::move(on_response)) {
   ConfigureContext(options, &context_);
   stub->async()->NormalizeStream(&context_, this);

@@ -126,14 +126,16 @@ absl::StatusOr<Header> ParseHeaderDict(std::string_view text, const NpyReadOptio
         }
       }
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown .npy header key '", std::string(*key), "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown .npy header key '", std::string(*key), "'"));
     }
     if (!parser.Consume(',')) {
       if (!parser.Consume('}')) return absl::InvalidArgumentError("malformed .npy header");
       break;
     }
   }
-  if (!parser.AtEndExceptSpace()) return absl::InvalidArgumentError("trailing bytes in .npy header");
+  if (!parser.AtEndExceptSpace())
+    return absl::InvalidArgumentError("trailing bytes in .npy header");
   if (!dtype || !fortran_order || !shape) {
     return absl::InvalidArgumentError(".npy header lacks descr, fortran_order or shape");
   }
@@ -176,21 +178,22 @@ absl::StatusOr<int64_t> ParsePreamble(std::string_view prefix, const NpyReadOpti
   } else if (major == 2 || major == 3) {
     if (prefix.size() < 12) return absl::InvalidArgumentError("truncated .npy preamble");
     *preamble_bytes = 12;
-    for (int i = 3; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>(prefix[8 + i]);
+    for (int i = 3; i >= 0; --i)
+      header_len = (header_len << 8) | static_cast<uint8_t>(prefix[8 + i]);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("unsupported .npy format version ", major));
   }
   if (header_len > options.max_header_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(".npy header of ", header_len, " bytes is too long"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(".npy header of ", header_len, " bytes is too long"));
   }
   return *preamble_bytes + header_len;
 }
 
 absl::Status CheckDataSize(const Header& header, int64_t available) {
   if (available != header.data_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(".npy data section has ", available,
-                                                   " bytes; the header describes ",
-                                                   header.data_bytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        ".npy data section has ", available, " bytes; the header describes ", header.data_bytes));
   }
   return absl::OkStatus();
 }
@@ -295,8 +298,8 @@ absl::StatusOr<std::string> SerializeNpy(const NpyArray& array) {
     absl::StrAppend(&shape, i == 0 ? "" : ", ", array.shape[i]);
   }
   shape += array.shape.size() == 1 ? ",)" : ")";
-  std::string header =
-      absl::StrCat("{'descr': '", std::string(descr), "', 'fortran_order': False, 'shape': ", shape, ", }");
+  std::string header = absl::StrCat("{'descr': '", std::string(descr),
+                                    "', 'fortran_order': False, 'shape': ", shape, ", }");
   // Pad with spaces so that preamble + header + '\n' is a multiple of 64.
   const bool version2 = header.size() + 11 > 65535;
   const size_t preamble = version2 ? 12 : 10;

@@ -149,7 +149,8 @@ absl::StatusOr<std::vector<float>> TensorToFloats(const v1::Tensor& tensor) {
   const kernels::DType dtype = *ToKernelDType(tensor.dtype());
   const int64_t count = static_cast<int64_t>(tensor.data().size()) / DTypeSize(tensor.dtype());
   std::vector<float> values(count);
-  for (int64_t i = 0; i < count; ++i) values[i] = kernels::LoadAsFloat(tensor.data().data(), dtype, i);
+  for (int64_t i = 0; i < count; ++i)
+    values[i] = kernels::LoadAsFloat(tensor.data().data(), dtype, i);
   return values;
 }
 

@@ -38,14 +38,15 @@ TEST_F(EchoToolsTest, NormctlRoundTripsNpyFilesInEveryDtype) {
     kernels::DType kernel_dtype;
     std::vector<std::string> extra;
   };
-  const Case cases[] = {{"fp32", client::NpyDType::kFloat32, kernels::DType::kF32, {}},
-                        {"fp16", client::NpyDType::kFloat16, kernels::DType::kF16, {}},
-                        {"bf16", client::NpyDType::kBFloat16, kernels::DType::kBF16, {}},
-                        {"bf16", client::NpyDType::kBFloat16, kernels::DType::kBF16,
-                         {"--stream", "--chunk_rows=4"}}};
+  const Case cases[] = {
+      {"fp32", client::NpyDType::kFloat32, kernels::DType::kF32, {}},
+      {"fp16", client::NpyDType::kFloat16, kernels::DType::kF16, {}},
+      {"bf16", client::NpyDType::kBFloat16, kernels::DType::kBF16, {}},
+      {"bf16", client::NpyDType::kBFloat16, kernels::DType::kBF16, {"--stream", "--chunk_rows=4"}}};
   for (const Case& c : cases) {
-    std::vector<std::string> args = Normctl({"normalize", "--op=rmsnorm", "--in=" + dir_.File("x.npy"),
-                                             "--out=" + dir_.File("y.npy"), "--dtype=" + c.dtype});
+    std::vector<std::string> args =
+        Normctl({"normalize", "--op=rmsnorm", "--in=" + dir_.File("x.npy"),
+                 "--out=" + dir_.File("y.npy"), "--dtype=" + c.dtype});
     args.insert(args.end(), c.extra.begin(), c.extra.end());
     std::remove(dir_.File("y.npy").c_str());
     const CommandResult run = RunCommand(args);
@@ -57,8 +58,10 @@ TEST_F(EchoToolsTest, NormctlRoundTripsNpyFilesInEveryDtype) {
     // The echo returns the input as sent: x rounded once to the dtype.
     for (size_t i = 0; i < x.size(); ++i) {
       float want = x[i];
-      if (c.kernel_dtype == kernels::DType::kF16) want = kernels::HalfBitsToFloat(kernels::FloatToHalfBits(x[i]));
-      if (c.kernel_dtype == kernels::DType::kBF16) want = kernels::Bf16BitsToFloat(kernels::FloatToBf16Bits(x[i]));
+      if (c.kernel_dtype == kernels::DType::kF16)
+        want = kernels::HalfBitsToFloat(kernels::FloatToHalfBits(x[i]));
+      if (c.kernel_dtype == kernels::DType::kBF16)
+        want = kernels::Bf16BitsToFloat(kernels::FloatToBf16Bits(x[i]));
       ASSERT_EQ(kernels::LoadAsFloat(y->data.data(), c.kernel_dtype, static_cast<int64_t>(i)), want)
           << c.dtype << " element " << i;
     }
@@ -99,7 +102,8 @@ TEST_F(EchoToolsTest, NormloadCountsMatchTheServerInClosedAndOpenLoop) {
   // Closed loop, unary, every response verified against its input.
   CommandResult closed = RunCommand(
       {kNormload, "--target=" + server_->target(), "--concurrency=8", "--channels=2",
-       "--warmup_s=0.3", "--duration_s=1", "--verify", "--quiet", "--json=" + dir_.File("closed.json"),
+       "--warmup_s=0.3", "--duration_s=1", "--verify", "--quiet",
+       "--json=" + dir_.File("closed.json"),
        "--mix=op=layernorm,dtype=fp32,rows=2,hidden=256;op=rmsnorm,dtype=bf16,rows=1,hidden=512"});
   ASSERT_EQ(closed.exit_code, 0) << closed.err << closed.out;
   // Open loop, half the requests over NormalizeStream.
@@ -120,7 +124,8 @@ TEST_F(EchoToolsTest, NormloadCountsMatchTheServerInClosedAndOpenLoop) {
   EXPECT_EQ(Number(c, {"totals", "by_method", "Normalize", "ok"}) +
                 Number(o, {"totals", "by_method", "Normalize", "ok"}),
             static_cast<double>(normalize));
-  EXPECT_EQ(Number(o, {"totals", "by_method", "NormalizeStream", "ok"}), static_cast<double>(stream));
+  EXPECT_EQ(Number(o, {"totals", "by_method", "NormalizeStream", "ok"}),
+            static_cast<double>(stream));
   EXPECT_EQ(Number(c, {"totals", "ok"}),
             Number(c, {"measured", "verified"}) + Number(c, {"warmup", "verified"}));
   EXPECT_EQ(Number(c, {"measured", "verify_failures"}), 0);
@@ -136,11 +141,11 @@ TEST_F(EchoToolsTest, NormloadCountsMatchTheServerInClosedAndOpenLoop) {
 }
 
 TEST_F(EchoToolsTest, NormloadSweepWritesCsvAndPlot) {
-  CommandResult sweep = RunCommand(
-      {kNormload, "--target=" + server_->target(), "--sweep=concurrency=1,4", "--warmup_s=0.1",
-       "--duration_s=0.4", "--quiet", "--channels=1", "--csv=" + dir_.File("sweep.csv"),
-       "--json=" + dir_.File("sweep.json"), "--plot=" + dir_.File("sweep.png"),
-       "--mix=rows=1,hidden=128"});
+  CommandResult sweep =
+      RunCommand({kNormload, "--target=" + server_->target(), "--sweep=concurrency=1,4",
+                  "--warmup_s=0.1", "--duration_s=0.4", "--quiet", "--channels=1",
+                  "--csv=" + dir_.File("sweep.csv"), "--json=" + dir_.File("sweep.json"),
+                  "--plot=" + dir_.File("sweep.png"), "--mix=rows=1,hidden=128"});
   ASSERT_EQ(sweep.exit_code, 0) << sweep.err;
   const std::string csv = ReadFile(dir_.File("sweep.csv"));
   EXPECT_EQ(csv.rfind("concurrency,req_per_s,", 0), 0u) << csv;

@@ -80,8 +80,10 @@ TEST(NpyTest, RejectsMalformedHeadersWithoutAllocating) {
   const std::vector<std::string> bad = {
       "",
       "\x93NUMP",
-      NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", four_bytes),  // short data
-      NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }", four_bytes + "x"),  // long
+      NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }",
+               four_bytes),  // short data
+      NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }",
+               four_bytes + "x"),  // long
       NpyBytes("{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }", four_bytes),
       NpyBytes("{'descr': '<i4', 'fortran_order': False, 'shape': (1,), }", four_bytes),
       NpyBytes("{'descr': '<f4', 'fortran_order': True, 'shape': (1, 1), }", four_bytes),

@@ -20,10 +20,10 @@ class ServerToolsTest : public ::testing::Test {
     dir_ = new TempDir();
     port_ = PickFreePort();
     metrics_port_ = PickFreePort();
-    server_ = new ChildProcess({kServer, "--grpc_address=127.0.0.1:" + std::to_string(port_),
-                                "--metrics_address=127.0.0.1:" + std::to_string(metrics_port_),
-                                "--backend=cpu"},
-                               dir_->File("normsvc.log"));
+    server_ = new ChildProcess(
+        {kServer, "--grpc_address=127.0.0.1:" + std::to_string(port_),
+         "--metrics_address=127.0.0.1:" + std::to_string(metrics_port_), "--backend=cpu"},
+        dir_->File("normsvc.log"));
     ready_ = WaitForPort(port_, std::chrono::seconds(30)) &&
              WaitForPort(metrics_port_, std::chrono::seconds(10));
   }
@@ -74,7 +74,7 @@ std::vector<double> Load(const std::string& path, std::vector<int64_t>* shape = 
   EXPECT_TRUE(array.ok()) << array.status();
   if (!array.ok()) return {};
   if (shape != nullptr) *shape = array->shape;
-  const kernels::DType dtype = array->dtype == client::NpyDType::kFloat16   ? kernels::DType::kF16
+  const kernels::DType dtype = array->dtype == client::NpyDType::kFloat16    ? kernels::DType::kF16
                                : array->dtype == client::NpyDType::kBFloat16 ? kernels::DType::kBF16
                                                                              : kernels::DType::kF32;
   std::vector<double> values(array->data.size() / kernels::DTypeSize(dtype));
@@ -85,8 +85,10 @@ std::vector<double> Load(const std::string& path, std::vector<int64_t>* shape = 
 }
 
 float RoundTo(kernels::DType dtype, float value) {
-  if (dtype == kernels::DType::kF16) return kernels::HalfBitsToFloat(kernels::FloatToHalfBits(value));
-  if (dtype == kernels::DType::kBF16) return kernels::Bf16BitsToFloat(kernels::FloatToBf16Bits(value));
+  if (dtype == kernels::DType::kF16)
+    return kernels::HalfBitsToFloat(kernels::FloatToHalfBits(value));
+  if (dtype == kernels::DType::kBF16)
+    return kernels::Bf16BitsToFloat(kernels::FloatToBf16Bits(value));
   return value;
 }
 
@@ -103,7 +105,8 @@ TEST_F(ServerToolsTest, NormctlForwardMatchesTheDoubleReference) {
                         Case{"layernorm", "bf16", kernels::DType::kBF16, 1.6e-2}}) {
     SCOPED_TRACE(std::string(c.op) + " " + c.dtype);
     const std::vector<float> x = WriteRandomNpy(dir_->File("x.npy"), {2, kRows / 2, kHidden}, rng_);
-    const std::vector<float> r = WriteRandomNpy(dir_->File("r.npy"), {2, kRows / 2, kHidden}, rng_, 0, 0.5);
+    const std::vector<float> r =
+        WriteRandomNpy(dir_->File("r.npy"), {2, kRows / 2, kHidden}, rng_, 0, 0.5);
     const std::vector<float> g = WriteRandomNpy(dir_->File("g.npy"), {kHidden}, rng_, 1.0, 0.3);
     const std::vector<float> b = WriteRandomNpy(dir_->File("b.npy"), {kHidden}, rng_, 0.0, 0.3);
     std::vector<std::string> args = Normctl(
@@ -135,11 +138,13 @@ TEST_F(ServerToolsTest, NormctlForwardMatchesTheDoubleReference) {
       }
       double mean = 0, square = 0;
       for (double value : v) mean += value / kHidden;
-      for (double value : v) square += (layer ? (value - mean) * (value - mean) : value * value) / kHidden;
+      for (double value : v)
+        square += (layer ? (value - mean) * (value - mean) : value * value) / kHidden;
       const double inv = 1.0 / std::sqrt(square + 1e-4);
       ASSERT_NEAR(rstd[row], inv, 1e-5 * inv) << "row " << row;
       for (int64_t i = 0; i < kHidden; ++i) {
-        const double want = ((layer ? v[i] - mean : v[i]) * inv) * gamma[i] + (layer ? beta[i] : 0.0);
+        const double want =
+            ((layer ? v[i] - mean : v[i]) * inv) * gamma[i] + (layer ? beta[i] : 0.0);
         ASSERT_NEAR(y[row * kHidden + i], want, c.tolerance * std::max(1.0, std::fabs(want)))
             << "row " << row << " element " << i;
         ASSERT_EQ(sum[row * kHidden + i], v[i]);
@@ -156,10 +161,10 @@ TEST_F(ServerToolsTest, NormctlBackwardMatchesTheDoubleReference) {
   for (const char* op : {"layernorm", "rmsnorm"}) {
     SCOPED_TRACE(op);
     const bool layer = std::string(op) == "layernorm";
-    const CommandResult run = RunCommand(Normctl(
-        {"backward", std::string("--op=") + op, "--in=" + dir_->File("bx.npy"),
-         "--grad=" + dir_->File("bdy.npy"), "--gamma=" + dir_->File("bg.npy"),
-         "--dx_out=" + dir_->File("dx.npy"), "--dgamma_out=" + dir_->File("dg.npy")}));
+    const CommandResult run = RunCommand(
+        Normctl({"backward", std::string("--op=") + op, "--in=" + dir_->File("bx.npy"),
+                 "--grad=" + dir_->File("bdy.npy"), "--gamma=" + dir_->File("bg.npy"),
+                 "--dx_out=" + dir_->File("dx.npy"), "--dgamma_out=" + dir_->File("dg.npy")}));
     ASSERT_EQ(run.exit_code, 0) << run.err;
     const std::vector<double> dx = Load(dir_->File("dx.npy"));
     const std::vector<double> dgamma = Load(dir_->File("dg.npy"));
@@ -198,20 +203,23 @@ TEST_F(ServerToolsTest, NormctlParamsLifecycleAndServerErrors) {
   const std::vector<float> g = WriteRandomNpy(dir_->File("pg.npy"), {64}, rng_, 1.0, 0.3);
   const std::vector<float> x = WriteRandomNpy(dir_->File("px.npy"), {3, 64}, rng_);
   WriteRandomNpy(dir_->File("wrong.npy"), {65}, rng_);
-  CommandResult run = RunCommand(Normctl({"params", "register", "--name=" + name, "--gamma=" + dir_->File("pg.npy")}));
+  CommandResult run = RunCommand(
+      Normctl({"params", "register", "--name=" + name, "--gamma=" + dir_->File("pg.npy")}));
   ASSERT_EQ(run.exit_code, 0) << run.err;
   run = RunCommand(Normctl({"params", "list"}));
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find(name), std::string::npos) << run.out;
-  run = RunCommand(Normctl({"params", "register", "--name=" + name, "--gamma=" + dir_->File("pg.npy")}));
+  run = RunCommand(
+      Normctl({"params", "register", "--name=" + name, "--gamma=" + dir_->File("pg.npy")}));
   EXPECT_EQ(run.exit_code, 4);
   EXPECT_NE(run.err.find("ALREADY_EXISTS"), std::string::npos) << run.err;
   // By name and inline give the same bits.
-  run = RunCommand(Normctl({"normalize", "--op=rmsnorm", "--in=" + dir_->File("px.npy"), "--params=" + name,
-                            "--out=" + dir_->File("by_name.npy")}));
-  ASSERT_EQ(run.exit_code, 0) << run.err;
   run = RunCommand(Normctl({"normalize", "--op=rmsnorm", "--in=" + dir_->File("px.npy"),
-                            "--gamma=" + dir_->File("pg.npy"), "--out=" + dir_->File("inline.npy")}));
+                            "--params=" + name, "--out=" + dir_->File("by_name.npy")}));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  run =
+      RunCommand(Normctl({"normalize", "--op=rmsnorm", "--in=" + dir_->File("px.npy"),
+                          "--gamma=" + dir_->File("pg.npy"), "--out=" + dir_->File("inline.npy")}));
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(ReadFile(dir_->File("by_name.npy")), ReadFile(dir_->File("inline.npy")));
   // Errors carry the code name and the server's message.
@@ -221,8 +229,8 @@ TEST_F(ServerToolsTest, NormctlParamsLifecycleAndServerErrors) {
   EXPECT_NE(run.err.find("INVALID_ARGUMENT"), std::string::npos) << run.err;
   run = RunCommand(Normctl({"params", "delete", "--name=" + name}));
   EXPECT_EQ(run.exit_code, 0) << run.err;
-  run = RunCommand(Normctl({"normalize", "--op=rmsnorm", "--in=" + dir_->File("px.npy"), "--params=" + name,
-                            "--out=" + dir_->File("y.npy")}));
+  run = RunCommand(Normctl({"normalize", "--op=rmsnorm", "--in=" + dir_->File("px.npy"),
+                            "--params=" + name, "--out=" + dir_->File("y.npy")}));
   EXPECT_EQ(run.exit_code, 4);
   EXPECT_NE(run.err.find("NOT_FOUND"), std::string::npos) << run.err;
   run = RunCommand(Normctl({"info"}));
@@ -254,7 +262,8 @@ TEST_F(ServerToolsTest, NormloadCountsMatchTheServerMetrics) {
   EXPECT_EQ(Field(c, "server").struct_value().fields().at("backend").string_value(), "cpu");
   EXPECT_EQ(Number(c, {"totals", "errors"}) + Number(o, {"totals", "errors"}), 0)
       << Field(c, "first_error").string_value() << Field(o, "first_error").string_value();
-  EXPECT_EQ(Number(c, {"measured", "verify_failures"}) + Number(o, {"measured", "verify_failures"}), 0)
+  EXPECT_EQ(Number(c, {"measured", "verify_failures"}) + Number(o, {"measured", "verify_failures"}),
+            0)
       << Field(c, "first_verify_failure").string_value();
   EXPECT_GT(Number(c, {"measured", "verified"}), 0);
   auto by_method = [](const google::protobuf::Struct& run, const char* method) {
@@ -263,8 +272,10 @@ TEST_F(ServerToolsTest, NormloadCountsMatchTheServerMetrics) {
   };
   EXPECT_EQ(RequestsTotal("method=\"Normalize\"") - normalize_before,
             by_method(c, "Normalize") + by_method(o, "Normalize"));
-  EXPECT_EQ(RequestsTotal("method=\"NormalizeStream\"") - stream_before, by_method(o, "NormalizeStream"));
-  EXPECT_EQ(RequestsTotal("method=\"NormalizeBackward\"") - backward_before, by_method(c, "NormalizeBackward"));
+  EXPECT_EQ(RequestsTotal("method=\"NormalizeStream\"") - stream_before,
+            by_method(o, "NormalizeStream"));
+  EXPECT_EQ(RequestsTotal("method=\"NormalizeBackward\"") - backward_before,
+            by_method(c, "NormalizeBackward"));
   EXPECT_GT(by_method(c, "NormalizeBackward"), 0);
   EXPECT_GT(by_method(o, "NormalizeStream"), 0);
 }

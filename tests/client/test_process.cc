@@ -33,7 +33,8 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& out_path,
   const pid_t pid = fork();
   if (pid == 0) {
     const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int err = err_path == out_path ? out : open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err =
+        err_path == out_path ? out : open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(out, 1);
     dup2(err, 2);
     const int null_in = open("/dev/null", O_RDONLY);
@@ -87,7 +88,8 @@ bool WaitForPort(int port, std::chrono::milliseconds timeout) {
 }
 
 TempDir::TempDir() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "normsvc-client-test-XXXXXX").string();
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "normsvc-client-test-XXXXXX").string();
   path_ = mkdtemp(pattern.data());
 }
 
@@ -160,7 +162,8 @@ std::string HttpGet(int port, const std::string& path) {
   std::string response;
   char buffer[65536];
   ssize_t n = 0;
-  while ((n = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, static_cast<size_t>(n));
+  while ((n = read(fd, buffer, sizeof(buffer))) > 0)
+    response.append(buffer, static_cast<size_t>(n));
   close(fd);
   const size_t body = response.find("\r\n\r\n");
   return body == std::string::npos ? "" : response.substr(body + 4);

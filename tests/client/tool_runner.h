@@ -39,7 +39,8 @@ class EchoServer {
     long long normalize = -1, stream = -1;
     const size_t at = log.find("served normalize=");
     if (at != std::string::npos) {
-      std::sscanf(log.c_str() + at, "served normalize=%lld stream_messages=%lld", &normalize, &stream);
+      std::sscanf(log.c_str() + at, "served normalize=%lld stream_messages=%lld", &normalize,
+                  &stream);
     }
     return {normalize, stream};
   }
@@ -73,12 +74,14 @@ inline double Number(const google::protobuf::Struct& object, std::vector<std::st
     current = &value.struct_value();
   }
   const google::protobuf::Value& leaf = Field(*current, path.back());
-  return leaf.kind_case() == google::protobuf::Value::kNumberValue ? leaf.number_value() : std::nan("");
+  return leaf.kind_case() == google::protobuf::Value::kNumberValue ? leaf.number_value()
+                                                                   : std::nan("");
 }
 
 // A C-order fp32 array of random values (never zeros) saved as .npy.
 inline std::vector<float> WriteRandomNpy(const std::string& path, std::vector<int64_t> shape,
-                                         std::mt19937& rng, double mean = 0.3, double stddev = 1.7) {
+                                         std::mt19937& rng, double mean = 0.3,
+                                         double stddev = 1.7) {
   std::normal_distribution<float> normal(static_cast<float>(mean), static_cast<float>(stddev));
   int64_t count = 1;
   for (int64_t dim : shape) count *= dim;

@@ -39,7 +39,8 @@ TEST(WorkloadTest, RejectsBadMixes) {
 // The verifier accepts an answer computed independently in double and
 // rejects one with a single element off by more than the tolerance.
 TEST(WorkloadTest, VerifierAcceptsReferenceAndRejectsCorruption) {
-  RequestKind kind = *ParseKind("op=layernorm,dtype=fp32,rows=3,hidden=96,params=inline,residual=1,stats=1");
+  RequestKind kind =
+      *ParseKind("op=layernorm,dtype=fp32,rows=3,hidden=96,params=inline,residual=1,stats=1");
   WorkloadOptions options;
   options.variants = 1;
   options.verify = true;

@@ -21,6 +21,16 @@ def find_proto_root():
     return None
 
 
+def stubs_are_current(proto_root):
+    """True when generated stubs exist and are newer than the proto."""
+    generated = os.path.join(PACKAGE_DIR, "_generated", "normsvc", "v1", "normalizer_pb2_grpc.py")
+    if not os.path.isfile(generated):
+        return False
+    if proto_root is None:
+        return True
+    return os.path.getmtime(generated) >= os.path.getmtime(os.path.join(proto_root, PROTO_RELATIVE))
+
+
 def generate(proto_root, out_root):
     """Writes out_root/normsvc_client/_generated/... atomically."""
     from grpc_tools import protoc
@@ -45,9 +55,16 @@ def generate(proto_root, out_root):
         target = os.path.join(out_root, "normsvc_client", "_generated")
         staging = target + ".new-" + str(os.getpid())
         shutil.copytree(generated, staging)
+        if os.path.isdir(target):  # stale: replace it
+            retired = target + ".old-" + str(os.getpid())
+            try:
+                os.rename(target, retired)
+                shutil.rmtree(retired, ignore_errors=True)
+            except OSError:
+                pass
         try:
             os.rename(staging, target)
-        except OSError:  # another process generated it first
+        except OSError:  # another process generated it meanwhile
             shutil.rmtree(staging, ignore_errors=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

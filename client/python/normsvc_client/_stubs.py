@@ -1,11 +1,14 @@
-"""The generated protobuf and gRPC modules (generated on first use in a checkout)."""
+"""The generated protobuf and gRPC modules.
+
+In a source checkout they are generated on first import (and again when
+the proto is newer than them); an installed package carries them.
+"""
 import os
 
 from . import _codegen
 
-if not os.path.isfile(os.path.join(_codegen.PACKAGE_DIR, "_generated", "normsvc", "v1",
-                                   "normalizer_pb2_grpc.py")):
-    _root = _codegen.find_proto_root()
+_root = _codegen.find_proto_root()
+if not _codegen.stubs_are_current(_root):
     if _root is None:
         raise ImportError("normsvc_client stubs are missing; install the package with pip")
     _codegen.generate(_root, os.path.dirname(_codegen.PACKAGE_DIR))

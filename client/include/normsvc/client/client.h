@@ -83,7 +83,8 @@ class NormalizerClient {
 
   // Opens a bidirectional stream; see NormalizeStream.
   std::unique_ptr<NormalizeStream> OpenStream(
-      const CallOptions& options, std::function<void(const v1::NormalizeStreamResponse&)> on_response);
+      const CallOptions& options,
+      std::function<void(const v1::NormalizeStreamResponse&)> on_response);
 
   // The generated stub, for callers that manage contexts and messages
   // themselves (the load generator reuses preallocated messages).
@@ -100,7 +101,8 @@ class NormalizerClient {
 // response, in arrival order (completion order on the server, not request
 // order: match by request_id). Thread-safe. The destructor cancels a stream
 // that was not finished and waits for gRPC to release it.
-class NormalizeStream : public grpc::ClientBidiReactor<v1::NormalizeRequest, v1::NormalizeStreamResponse> {
+class NormalizeStream
+    : public grpc::ClientBidiReactor<v1::NormalizeRequest, v1::NormalizeStreamResponse> {
  public:
   NormalizeStream(v1::Normalizer::Stub* stub, const CallOptions& options,
                   std::function<void(const v1::NormalizeStreamResponse&)> on_response);

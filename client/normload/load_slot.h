@@ -1,0 +1,159 @@
+// The engine's per-request state and its NormalizeStream connection
+// (engine.h describes the engine).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/support/client_callback.h>
+
+#include "engine.h"
+#include "normsvc/v1/normalizer.grpc.pb.h"
+
+namespace normsvc::normload {
+
+using Clock = std::chrono::steady_clock;
+inline constexpr int kCodeCount = 17;
+
+// Counters of one phase, updated from gRPC threads.
+struct PhaseCounters {
+  std::atomic<uint64_t> ok{0};
+  std::atomic<uint64_t> errors{0};
+  std::array<std::atomic<uint64_t>, kCodeCount> errors_by_code{};
+  std::array<std::atomic<uint64_t>, kMethodCount> method_ok{};
+  std::array<std::atomic<uint64_t>, kMethodCount> method_errors{};
+  std::atomic<uint64_t> rows{0};
+  std::atomic<uint64_t> bytes_sent{0};
+  std::atomic<uint64_t> bytes_received{0};
+  std::atomic<uint64_t> verified{0};
+  std::atomic<uint64_t> verify_failures{0};
+  LatencyHistogram latency;
+
+  PhaseResult Take() {
+    PhaseResult result;
+    result.ok = ok.load();
+    result.errors = errors.load();
+    for (int i = 0; i < kCodeCount; ++i) result.errors_by_code[i] = errors_by_code[i].load();
+    for (int i = 0; i < kMethodCount; ++i) {
+      result.method_ok[i] = method_ok[i].load();
+      result.method_errors[i] = method_errors[i].load();
+    }
+    result.rows = rows.load();
+    result.bytes_sent = bytes_sent.load();
+    result.bytes_received = bytes_received.load();
+    result.verified = verified.load();
+    result.verify_failures = verify_failures.load();
+    result.latency = latency.Take(false);
+    return result;
+  }
+};
+
+class StreamConnection;
+
+// One request in flight at a time. Owned by the engine; never moves.
+struct Slot {
+  int index = 0;
+  int channel = 0;
+  int sender = 0;  // open loop: the sender thread whose free list it returns to
+  uint64_t rng = 0;
+  int kind = 0;
+  int variant = 0;
+  Clock::time_point start;
+  bool measured = false;
+  std::optional<grpc::ClientContext> context;
+  v1::NormalizeResponse forward_response;
+  v1::NormalizeBackwardResponse backward_response;
+  // Stream requests carry the slot's index as request_id, so each slot
+  // keeps its own copy of the last request it streamed.
+  v1::NormalizeRequest stream_request;
+  int cached_kind = -1;
+  int cached_variant = -1;
+  StreamConnection* stream = nullptr;  // set while waiting on a stream
+};
+
+// Receives what a StreamConnection reads (on gRPC threads).
+class StreamSink {
+ public:
+  virtual ~StreamSink() = default;
+  virtual void OnStreamResponse(const v1::NormalizeStreamResponse& response) = 0;
+  // The stream ended; requests still queued or unanswered on it never will be.
+  virtual void OnStreamEnded(StreamConnection* stream, const grpc::Status& status) = 0;
+};
+
+// One NormalizeStream call shared by many slots: requests are written one
+// at a time in queue order; responses go to the sink as they arrive.
+class StreamConnection
+    : public grpc::ClientBidiReactor<v1::NormalizeRequest, v1::NormalizeStreamResponse> {
+ public:
+  StreamConnection(StreamSink* sink, v1::Normalizer::Stub* stub) : sink_(sink) {
+    stub->async()->NormalizeStream(&context_, this);
+    StartRead(&response_);
+    StartCall();
+  }
+
+  // Queues the slot's stream_request; false when the stream has ended.
+  bool Send(Slot* slot) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (done_ || broken_ || closing_) return false;
+    slot->stream = this;
+    queue_.push_back(slot);
+    if (!writing_) StartNextLocked();
+    return true;
+  }
+
+  // Half-closes once queued writes are out, then waits for the end.
+  void Close(std::chrono::milliseconds cancel_after) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    closing_ = true;
+    if (!writing_) StartNextLocked();
+    if (!done_cv_.wait_for(lock, cancel_after, [this] { return done_; })) {
+      context_.TryCancel();
+      done_cv_.wait(lock, [this] { return done_; });
+    }
+  }
+  void Cancel() { context_.TryCancel(); }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.pop_front();
+    writing_ = false;
+    if (!ok) {
+      broken_ = true;
+      return;
+    }
+    StartNextLocked();
+  }
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+ private:
+  void StartNextLocked() {
+    if (!queue_.empty()) {
+      writing_ = true;
+      StartWrite(&queue_.front()->stream_request);
+    } else if (closing_ && !writes_done_) {
+      writes_done_ = true;
+      StartWritesDone();
+    }
+  }
+
+  StreamSink* sink_;
+  grpc::ClientContext context_;
+  v1::NormalizeStreamResponse response_;
+  std::mutex mutex_;
+  std::condition_variable done_cv_;
+  std::deque<Slot*> queue_;  // front is being written while writing_
+  bool writing_ = false;
+  bool closing_ = false;
+  bool writes_done_ = false;
+  bool broken_ = false;
+  bool done_ = false;
+};
+
+}  // namespace normsvc::normload
