@@ -159,9 +159,8 @@ Record Backward(NormOp op, DType dtype, int64_t hidden, const Pool& pool, int it
   return r;
 }
 
-// Per-call time of small LayerNorm batches (bf16, H = 4096) from graph replay.
-Record SmallBatch(int64_t rows, const Pool& pool, cudaStream_t stream) {
-  const int64_t hidden = 4096;
+// Per-call time of small bf16 LayerNorm batches from graph replay.
+Record SmallBatch(int64_t rows, int64_t hidden, const Pool& pool, cudaStream_t stream) {
   Record r{"small_batch", "layer_norm",
            "bf16",        PlanName(kernels::detail::PlanForward(hidden, DType::kBF16)),
            rows,          hidden};
@@ -290,7 +289,9 @@ int main(int argc, char** argv) {
       for (int64_t h : hiddens) records.push_back(Backward(op, dtype, h, pool, iterations, stream));
     }
     if (dtype == DType::kBF16) {
-      for (int64_t rows : {1, 8, 64}) records.push_back(SmallBatch(rows, pool, stream));
+      for (int64_t rows : {1, 8, 64}) records.push_back(SmallBatch(rows, 4096, pool, stream));
+      // Where the time of one row goes: a small row and a warp-sized one.
+      for (int64_t h : {64, 1024}) records.push_back(SmallBatch(1, h, pool, stream));
       records.push_back(MultiSegment(pool, stream, false));
       records.push_back(MultiSegment(pool, stream, true));
     }

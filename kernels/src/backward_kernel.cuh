@@ -31,28 +31,16 @@ __device__ __forceinline__ void LoadGamma(const BackwardParams& p, int64_t index
   }
 }
 
-// Two blocks of 512 per SM (64 registers a thread) while a thread holds at most
-// 8 elements of a row; one (up to 128 registers) above that.
+// Persistent over the unit's rows: the next row's x and dy (and saved
+// statistics) are loaded while the current row is processed.
 template <typename T, int V, int W>
-__global__ void __launch_bounds__(512, V* W <= 8 ? 2 : 1)
-    BackwardRowsKernel(const BackwardParams p) {
+__global__ void __launch_bounds__(512, 1)
+    BackwardRowsKernel(const __grid_constant__ BackwardParams p) {
   __shared__ ReduceScratch scratch;
   extern __shared__ float combine[];  // [groups][row_threads * V * W] when groups > 1
   const RowShape& shape = p.shape;
-  RowTeam team;
-  team.row_threads = shape.row_threads;
-  team.cluster = shape.cluster;
-  int64_t unit = 0;
-  if (shape.cluster > 1) {
-    unit = blockIdx.x / shape.cluster;
-    team.rank = static_cast<int>(blockIdx.x % shape.cluster) * static_cast<int>(blockDim.x) +
-                static_cast<int>(threadIdx.x);
-    team.group = 0;
-  } else {
-    unit = blockIdx.x;
-    team.group = static_cast<int>(threadIdx.x) / shape.row_threads;
-    team.rank = static_cast<int>(threadIdx.x) % shape.row_threads;
-  }
+  const RowTeam team = MakeTeam(shape);
+  const int64_t unit = blockIdx.x / shape.cluster;
   const bool layer_norm = p.op == static_cast<uint8_t>(NormOp::kLayerNorm);
   const bool vectorized = p.vectorized != 0;
   const int chunks = p.hidden / W;
@@ -69,32 +57,49 @@ __global__ void __launch_bounds__(512, V* W <= 8 ? 2 : 1)
     for (int j = 0; j < W; ++j) dgamma[k][j] = dbeta[k][j] = 0.0f;
   }
 
-  for (int it = 0; it < iterations; ++it) {
+  Pack<T, W> next_x[V];
+  Pack<T, W> next_dy[V];
+  float next_mean = 0.0f;
+  float next_rstd = 0.0f;
+  auto fetch = [&](int it) {
     const int64_t row = begin + static_cast<int64_t>(it) * shape.groups + team.group;
     const bool active = row < end;
-    const int slot = (it & 1) * 3;
     const T* x_row = static_cast<const T*>(p.x) + row * p.x_stride;
     const T* dy_row = static_cast<const T*>(p.dy) + row * p.dy_stride;
-    Pack<T, W> x[V];
-    Pack<T, W> dy[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const int chunk = k * team.row_threads + team.rank;
       if (active && chunk < chunks) {
-        x[k] = LoadChunk<T, W>(x_row + static_cast<int64_t>(chunk) * W, vectorized);
-        dy[k] = LoadChunk<T, W>(dy_row + static_cast<int64_t>(chunk) * W, vectorized);
+        next_x[k] = LoadChunk<T, W>(x_row + static_cast<int64_t>(chunk) * W, vectorized);
+        next_dy[k] = LoadChunk<T, W>(dy_row + static_cast<int64_t>(chunk) * W, vectorized);
       } else {
 #pragma unroll
-        for (int j = 0; j < W; ++j) x[k].e[j] = dy[k].e[j] = FromFloat<T>(0.0f);
+        for (int j = 0; j < W; ++j) next_x[k].e[j] = next_dy[k].e[j] = FromFloat<T>(0.0f);
       }
     }
+    if (p.rstd != nullptr && active) {
+      next_rstd = p.rstd[row];
+      if (layer_norm) next_mean = p.mean[row];
+    }
+  };
+  if (iterations > 0) fetch(0);
+
+  for (int it = 0; it < iterations; ++it) {
+    const int64_t row = begin + static_cast<int64_t>(it) * shape.groups + team.group;
+    const bool active = row < end;
+    const int slot = (it & 1) * 3;
+    Pack<T, W> x[V];
+    Pack<T, W> dy[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      x[k] = next_x[k];
+      dy[k] = next_dy[k];
+    }
     RowStats stats;
-    if (p.rstd != nullptr) {
-      if (active) {
-        stats.rstd = p.rstd[row];
-        if (layer_norm) stats.mean_hi = p.mean[row];
-      }
-    } else {
+    stats.mean_hi = next_mean;
+    stats.rstd = next_rstd;
+    if (it + 1 < iterations) fetch(it + 1);
+    if (p.rstd == nullptr) {
       stats =
           RowStatistics<T, V, W>(x, chunks, p.hidden, p.epsilon, layer_norm, team, scratch, slot);
     }
@@ -186,7 +191,8 @@ __global__ void __launch_bounds__(512, V* W <= 8 ? 2 : 1)
 // are re-read from global memory for each pass, partials accumulate in the
 // unit's own row of the workspace (each column owned by one thread).
 template <typename T>
-__global__ void __launch_bounds__(1024) BackwardStreamedKernel(const BackwardParams p) {
+__global__ void __launch_bounds__(1024)
+    BackwardStreamedKernel(const __grid_constant__ BackwardParams p) {
   __shared__ ReduceScratch scratch;
   RowTeam team;
   team.row_threads = static_cast<int>(blockDim.x);

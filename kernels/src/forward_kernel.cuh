@@ -135,51 +135,104 @@ __device__ __forceinline__ RowStats RowStatistics(const Pack<T, W> (&v)[V], int 
   return stats;
 }
 
-// Two blocks of 512 per SM (64 registers a thread) while a thread holds at most
-// 16 elements of a row; one (up to 128 registers) above that.
-template <typename T, int V, int W>
-__global__ void __launch_bounds__(512, V* W <= 16 ? 2 : 1)
-    ForwardRowsKernel(const ForwardParams p) {
-  __shared__ ReduceScratch scratch;
-  int64_t row = 0;
-  const RowTeam team = MakeTeam(p.shape, &row);
-  const bool active = row < p.total_rows;
-  const int64_t block_row =
-      p.shape.cluster > 1 ? row : static_cast<int64_t>(blockIdx.x) * p.shape.groups;
-  int64_t local_row = 0;
-  const DeviceSegment s = LocateSegment(p, block_row, active ? row : p.total_rows - 1, &local_row);
-  const bool layer_norm = s.op == static_cast<uint8_t>(NormOp::kLayerNorm);
-  const bool vectorized = s.vectorized != 0;
-  const int chunks = s.hidden / W;
-  const RowPointers<T> r = ResolveRow<T>(s, local_row);
+// The row a group works on at one iteration of the persistent loop.
+struct RowRef {
+  const DeviceSegment* segment;
+  int64_t row;  // within the segment
+  bool active;  // false for the padding rows of the last block
+};
 
-  Pack<T, W> v[V];
+template <typename T, int V, int W>
+__device__ __forceinline__ RowRef FetchRow(const ForwardParams& p, const RowSchedule& schedule,
+                                           const RowTeam& team, int iteration, Pack<T, W> (&x)[V]) {
+  const int64_t block_row = schedule.FirstRowOf(iteration);
+  const int64_t row = block_row + team.group;
+  RowRef ref;
+  ref.active = row < p.total_rows;
+  ref.segment =
+      LocateSegment(p, block_row, ref.active ? row : p.total_rows - 1, iteration & 1, &ref.row);
+  const DeviceSegment& s = *ref.segment;
+  const int chunks = s.hidden / W;
+  const T* x_row = static_cast<const T*>(s.x) + ref.row * s.x_stride;
+  const bool vectorized = s.vectorized != 0;
 #pragma unroll
   for (int k = 0; k < V; ++k) {
     const int chunk = k * team.row_threads + team.rank;
-    if (active && chunk < chunks) {
-      v[k] = LoadInput<T, W>(r, static_cast<int64_t>(chunk) * W, vectorized, true);
+    if (ref.active && chunk < chunks) {
+      x[k] = LoadChunk<T, W>(x_row + static_cast<int64_t>(chunk) * W, vectorized);
     } else {
 #pragma unroll
-      for (int j = 0; j < W; ++j) v[k].e[j] = FromFloat<T>(0.0f);
+      for (int j = 0; j < W; ++j) x[k].e[j] = FromFloat<T>(0.0f);
     }
   }
+  return ref;
+}
 
-  const RowStats stats =
-      RowStatistics<T, V, W>(v, chunks, s.hidden, s.epsilon, layer_norm, team, scratch, 0);
-
-  if (active) {
+// Normalizes one row whose x chunks are in registers.
+template <typename T, int V, int W>
+__device__ __forceinline__ void NormalizeRow(const RowRef& ref, Pack<T, W> (&v)[V],
+                                             const RowTeam& team, ReduceScratch& scratch,
+                                             int first_slot) {
+  const DeviceSegment& s = *ref.segment;
+  const bool layer_norm = s.op == static_cast<uint8_t>(NormOp::kLayerNorm);
+  const bool vectorized = s.vectorized != 0;
+  const int chunks = s.hidden / W;
+  const RowPointers<T> r = ResolveRow<T>(s, ref.row);
+  if (r.residual != nullptr) {
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const int chunk = k * team.row_threads + team.rank;
-      if (chunk < chunks) {
-        WriteOutput<T, W>(r, static_cast<int64_t>(chunk) * W, v[k], stats, layer_norm, vectorized);
+      if (ref.active && chunk < chunks) {
+        const int64_t index = static_cast<int64_t>(chunk) * W;
+        const Pack<T, W> res = LoadChunk<T, W>(r.residual + index, vectorized);
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+          v[k].e[j] = FromFloat<T>(ToFloat(v[k].e[j]) + ToFloat(res.e[j]));
+        }
+        if (r.residual_out != nullptr) StoreChunk<T, W>(r.residual_out + index, v[k], vectorized);
       }
     }
-    if (team.rank == 0) {
-      if (s.mean != nullptr) s.mean[local_row] = stats.mean_hi + stats.mean_lo;
-      if (s.rstd != nullptr) s.rstd[local_row] = stats.rstd;
+  }
+  const RowStats stats =
+      RowStatistics<T, V, W>(v, chunks, s.hidden, s.epsilon, layer_norm, team, scratch, first_slot);
+  if (!ref.active) return;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int chunk = k * team.row_threads + team.rank;
+    if (chunk < chunks) {
+      WriteOutput<T, W>(r, static_cast<int64_t>(chunk) * W, v[k], stats, layer_norm, vectorized);
     }
+  }
+  if (team.rank == 0) {
+    if (s.mean != nullptr) s.mean[ref.row] = stats.mean_hi + stats.mean_lo;
+    if (s.rstd != nullptr) s.rstd[ref.row] = stats.rstd;
+  }
+}
+
+// Persistent: each block (or cluster) loops over its rows, loading the next
+// row's x while it normalizes the current one, so that loads stay in flight.
+// One block of 512 per SM at most: a thread holds two rows' chunks.
+template <typename T, int V, int W>
+#ifdef NORMSVC_FORWARD_MAX_REGISTERS
+// Tuning experiment: a register cap instead of the launch bound (more warps
+// per SM against possible spills); the benchmark can build both.
+__global__ void __maxnreg__(NORMSVC_FORWARD_MAX_REGISTERS)
+#else
+__global__ void __launch_bounds__(512, 1)
+#endif
+    ForwardRowsKernel(const __grid_constant__ ForwardParams p) {
+  __shared__ ReduceScratch scratch;
+  const RowTeam team = MakeTeam(p.shape);
+  const RowSchedule schedule = MakeSchedule(p.shape, p.total_rows);
+  Pack<T, W> next[V];
+  RowRef next_ref = FetchRow<T, V, W>(p, schedule, team, 0, next);
+  for (int it = 0; it < schedule.iterations; ++it) {
+    Pack<T, W> v[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = next[k];
+    const RowRef ref = next_ref;
+    if (it + 1 < schedule.iterations) next_ref = FetchRow<T, V, W>(p, schedule, team, it + 1, next);
+    NormalizeRow<T, V, W>(ref, v, team, scratch, (it & 1) * 2);
   }
   // No block of a cluster may exit while another still reads its shared memory.
   if (p.shape.cluster > 1) ClusterSync();
@@ -188,12 +241,13 @@ __global__ void __launch_bounds__(512, V* W <= 16 ? 2 : 1)
 // Rows too long for registers: one block of 1024 threads per row, three
 // passes over global memory (element e belongs to thread e % 1024).
 template <typename T>
-__global__ void __launch_bounds__(1024) ForwardStreamedKernel(const ForwardParams p) {
+__global__ void __launch_bounds__(1024)
+    ForwardStreamedKernel(const __grid_constant__ ForwardParams p) {
   __shared__ ReduceScratch scratch;
-  int64_t row = 0;
-  const RowTeam team = MakeTeam(p.shape, &row);
+  const RowTeam team = MakeTeam(p.shape);
+  const int64_t row = blockIdx.x;
   int64_t local_row = 0;
-  const DeviceSegment s = LocateSegment(p, row, row, &local_row);
+  const DeviceSegment& s = *LocateSegment(p, row, row, 0, &local_row);
   const bool layer_norm = s.op == static_cast<uint8_t>(NormOp::kLayerNorm);
   const int threads = team.row_threads;
   const float h = static_cast<float>(s.hidden);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "kernel_params.h"
@@ -39,12 +38,18 @@ using detail::Layout;
 constexpr std::size_t kTableEntryBytes = sizeof(DeviceSegment) + sizeof(int64_t);
 
 // Everything that selects a kernel and its launch shape, and the op (rows of
-// one block must take the same reduction steps); segments with equal keys
-// share one launch.
-auto PlanKey(const ForwardSegment& s, const KernelPlan& plan) {
-  return std::make_tuple(static_cast<int>(s.x_dtype), static_cast<int>(s.op),
-                         static_cast<int>(plan.layout), plan.slots, plan.width, plan.row_threads,
-                         plan.cluster, plan.block_threads);
+// one block must take the same reduction steps), packed into one integer;
+// segments with equal keys share one launch.
+uint64_t PackedKey(const ForwardSegment& s, const KernelPlan& plan) {
+  uint64_t key = static_cast<uint64_t>(s.x_dtype);
+  key = key * 2 + static_cast<uint64_t>(s.op);
+  key = key * 4 + static_cast<uint64_t>(plan.layout);
+  key = key * 32 + static_cast<uint64_t>(plan.slots);
+  key = key * 32 + static_cast<uint64_t>(plan.width);
+  key = key * 2048 + static_cast<uint64_t>(plan.row_threads);
+  key = key * 16 + static_cast<uint64_t>(plan.cluster);
+  key = key * 2048 + static_cast<uint64_t>(plan.block_threads);
+  return key;
 }
 
 DeviceSegment ToDevice(const ForwardSegment& s, const KernelPlan& plan, int64_t first_row) {
@@ -79,15 +84,24 @@ DeviceSegment ToDevice(const ForwardSegment& s, const KernelPlan& plan, int64_t 
   return d;
 }
 
-int64_t BlocksFor(const KernelPlan& plan, int64_t rows) {
-  if (plan.cluster > 1) return rows * plan.cluster;
-  return (rows + plan.groups - 1) / plan.groups;
+// The row-register kernels are persistent: at most one wave of blocks, each
+// looping over its rows (a row's arithmetic does not depend on which block
+// or iteration handles it). The streamed kernel takes one block per row.
+int64_t BlocksFor(detail::ForwardKernel kernel, const KernelPlan& plan, int64_t rows) {
+  if (plan.layout == Layout::kStreamed) return rows;
+  const int64_t units_needed = plan.cluster > 1 ? rows : (rows + plan.groups - 1) / plan.groups;
+  const int64_t resident =
+      detail::ResidentBlocks(reinterpret_cast<const void*>(kernel), plan.block_threads) /
+      plan.cluster;
+  return std::min(units_needed, std::max<int64_t>(1, resident)) * plan.cluster;
 }
 
 Status LaunchOneGroup(DType x_dtype, const KernelPlan& plan, const ForwardParams& params,
                       cudaStream_t stream) {
-  return detail::LaunchWithPlan(detail::FindForwardKernel(x_dtype, plan), plan,
-                                BlocksFor(plan, params.total_rows), 0, params, stream);
+  const detail::ForwardKernel kernel = detail::FindForwardKernel(x_dtype, plan);
+  if (kernel == nullptr) return Status(Code::kInternal, "no forward kernel for this plan");
+  return detail::LaunchWithPlan(kernel, plan, BlocksFor(kernel, plan, params.total_rows), 0, params,
+                                stream);
 }
 
 }  // namespace
@@ -122,6 +136,7 @@ Status LaunchForward(const ForwardSegment* segments, int count, void* device_wor
   }
 
   struct Entry {
+    uint64_t key;  // PlanKey packed: entries of one launch are adjacent once sorted
     int index;
     KernelPlan plan;
   };
@@ -129,23 +144,22 @@ Status LaunchForward(const ForwardSegment* segments, int count, void* device_wor
   entries.reserve(count);
   for (int i = 0; i < count; ++i) {
     if (segments[i].rows == 0) continue;
-    entries.push_back({i, detail::PlanForward(segments[i].hidden, segments[i].x_dtype)});
+    const KernelPlan plan = detail::PlanForward(segments[i].hidden, segments[i].x_dtype);
+    entries.push_back({PackedKey(segments[i], plan), i, plan});
   }
   if (entries.empty()) return Status::Ok();
-  std::stable_sort(entries.begin(), entries.end(), [&](const Entry& a, const Entry& b) {
-    return PlanKey(segments[a.index], a.plan) < PlanKey(segments[b.index], b.plan);
-  });
+  // A batch of one configuration (the common case) is already in order.
+  auto by_key = [](const Entry& a, const Entry& b) { return a.key < b.key; };
+  if (!std::is_sorted(entries.begin(), entries.end(), by_key)) {
+    std::stable_sort(entries.begin(), entries.end(), by_key);
+  }
 
   // Groups of equal plans: [start, end) ranges of `entries`.
   std::vector<std::pair<std::size_t, std::size_t>> groups;
   bool needs_table = false;
   for (std::size_t start = 0; start < entries.size();) {
     std::size_t end = start + 1;
-    const auto key = PlanKey(segments[entries[start].index], entries[start].plan);
-    while (end < entries.size() &&
-           PlanKey(segments[entries[end].index], entries[end].plan) == key) {
-      ++end;
-    }
+    while (end < entries.size() && entries[end].key == entries[start].key) ++end;
     needs_table = needs_table || end - start > 1;
     groups.emplace_back(start, end);
     start = end;

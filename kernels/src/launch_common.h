@@ -41,6 +41,11 @@ inline RowShape ShapeOf(const KernelPlan& plan) {
   return shape;
 }
 
+// Blocks of `kernel` (of `block_threads` threads) that fit on the current
+// device at once: resident blocks per SM times the SM count. Cached per
+// (device, kernel, block size); 0 when the query fails.
+int64_t ResidentBlocks(const void* kernel, int block_threads);
+
 // Launches `kernel` with `blocks` blocks of the plan's size, as clusters of
 // plan.cluster blocks when that is more than one.
 template <typename Params>

@@ -35,9 +35,8 @@ struct RowTeam {
   int group;        // this row's index among the rows of the block
 };
 
-// The team for rows laid out as `shape` says; `row_in_launch` is the row the
-// thread works on, counted from the launch's first row (blockIdx.x-based).
-__device__ __forceinline__ RowTeam MakeTeam(const RowShape& shape, int64_t* row_in_launch) {
+// The team of the calling thread for rows laid out as `shape` says.
+__device__ __forceinline__ RowTeam MakeTeam(const RowShape& shape) {
   RowTeam team;
   team.row_threads = shape.row_threads;
   team.cluster = shape.cluster;
@@ -45,13 +44,36 @@ __device__ __forceinline__ RowTeam MakeTeam(const RowShape& shape, int64_t* row_
     const int rank_of_block = static_cast<int>(blockIdx.x % shape.cluster);
     team.rank = rank_of_block * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
     team.group = 0;
-    *row_in_launch = blockIdx.x / shape.cluster;
   } else {
     team.group = static_cast<int>(threadIdx.x) / shape.row_threads;
     team.rank = static_cast<int>(threadIdx.x) % shape.row_threads;
-    *row_in_launch = static_cast<int64_t>(blockIdx.x) * shape.groups + team.group;
   }
   return team;
+}
+
+// Rows of a persistent launch: a block (or cluster) takes row groups
+// unit, unit + units, unit + 2 units, ... where a unit is a block (of
+// `groups` rows) or a cluster (of one row). The iteration count is the same
+// for every thread of the unit, as the barriers in RowSum require.
+struct RowSchedule {
+  int64_t unit;
+  int64_t units;
+  int iterations;
+  int groups;
+
+  __device__ __forceinline__ int64_t FirstRowOf(int iteration) const {
+    return (unit + static_cast<int64_t>(iteration) * units) * groups;
+  }
+};
+
+__device__ __forceinline__ RowSchedule MakeSchedule(const RowShape& shape, int64_t total_rows) {
+  RowSchedule s;
+  s.groups = shape.groups;
+  s.unit = blockIdx.x / shape.cluster;
+  s.units = gridDim.x / shape.cluster;
+  const int64_t row_groups = (total_rows + shape.groups - 1) / shape.groups;
+  s.iterations = static_cast<int>((row_groups - s.unit + s.units - 1) / s.units);
+  return s;
 }
 
 __device__ __forceinline__ void ClusterSync() { cooperative_groups::this_cluster().sync(); }

@@ -42,25 +42,26 @@ __device__ __forceinline__ int FindSegmentIn(const int64_t* first_rows, int lo, 
 // The segment of `row` for every thread of the block: warp 0 finds the
 // segment of the block's first row, then each row group searches the few
 // segments its block can span. Contains a __syncthreads(); call it from every
-// thread of the block.
-__device__ __forceinline__ DeviceSegment LocateSegment(const ForwardParams& p, int64_t block_row,
-                                                       int64_t row, int64_t* local_row) {
+// thread of the block, with `parity` alternating between consecutive calls
+// (the shared result is double-buffered).
+__device__ __forceinline__ const DeviceSegment* LocateSegment(const ForwardParams& p,
+                                                              int64_t block_row, int64_t row,
+                                                              int parity, int64_t* local_row) {
   if (p.segment_count == 1) {
     *local_row = row;
-    return p.single;
+    return &p.single;
   }
-  __shared__ int block_first_segment;
+  __shared__ int block_first_segment[2];
   if (threadIdx.x < 32) {
     const int s = WarpFindSegment(p.first_rows, p.segment_count, block_row);
-    if (threadIdx.x == 0) block_first_segment = s;
+    if (threadIdx.x == 0) block_first_segment[parity] = s;
   }
   __syncthreads();
-  const int first = block_first_segment;
+  const int first = block_first_segment[parity];
   const int end = min(p.segment_count, first + p.shape.groups);
   const int s = FindSegmentIn(p.first_rows, first, end, row);
-  const DeviceSegment segment = p.table[s];
-  *local_row = row - segment.first_row;
-  return segment;
+  *local_row = row - p.first_rows[s];
+  return p.table + s;
 }
 
 }  // namespace normsvc::kernels::detail

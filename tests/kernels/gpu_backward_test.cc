@@ -5,8 +5,9 @@
 // Metric: with xhat, g = dy * gamma and the row means computed in double,
 //   |dx - ref| <= 2e-5 * rstd * (|g| + mean|g| + |xhat| * (|mean(g xhat)| + mean|g xhat|))
 //                 + ulp(ref) for fp16/bf16 dx
-//   |dgamma - ref| <= 2e-5 * sum_rows |dy xhat|,   |dbeta - ref| <= 2e-5 * sum_rows |dy|
-// (fp32 sums of many terms: the bound scales with the terms' magnitudes).
+//   |dgamma - ref| <= 2e-5 * sum_rows |dy| (|xhat| + 1),   |dbeta - ref| <= 2e-5 * sum_rows |dy|
+// (fp32 sums of many terms: the bound scales with the terms' magnitudes; the
+// +1 covers xhat's absolute error from fp32 statistics when xhat is near 0).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -166,7 +167,7 @@ double RunAndCheck(const BackwardSpec& spec, std::mt19937_64& rng) {
         abs_gx += std::fabs(g[c] * xhat[c]);
         dg[c] += dyr[c] * xhat[c];
         db[c] += dyr[c];
-        dgm[c] += std::fabs(dyr[c] * xhat[c]);
+        dgm[c] += std::fabs(dyr[c]) * (std::fabs(xhat[c]) + 1.0);
         dbm[c] += std::fabs(dyr[c]);
       }
       const double mg = layer_norm ? sum_g / h : 0.0, mgx = sum_gx / h;

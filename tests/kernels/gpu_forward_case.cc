@@ -120,10 +120,16 @@ ForwardSegment ForwardCase::Segment() const {
 }
 
 std::vector<uint8_t> ForwardCase::OutputBytes() const {
+  // From row 0 on: the `offset` elements before it are not part of the tensor.
   std::vector<uint8_t> all;
-  for (const DeviceBuffer* b : {&out_dev_, &residual_out_dev_, &mean_dev_, &rstd_dev_}) {
-    const std::vector<uint8_t> part = b->Download();
-    all.insert(all.end(), part.begin(), part.end());
+  const std::pair<const DeviceBuffer*, std::size_t> parts[] = {
+      {&out_dev_, Bytes(spec_.out_dtype, spec_.offset)},
+      {&residual_out_dev_, Bytes(spec_.x_dtype, spec_.offset)},
+      {&mean_dev_, 0},
+      {&rstd_dev_, 0}};
+  for (const auto& [buffer, skip] : parts) {
+    const std::vector<uint8_t> part = buffer->Download();
+    if (part.size() > skip) all.insert(all.end(), part.begin() + skip, part.end());
   }
   return all;
 }
