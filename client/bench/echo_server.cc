@@ -23,6 +23,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "normsvc/v1/normalizer.grpc.pb.h"
+#include "process_tuning.h"
 
 namespace {
 
@@ -138,6 +139,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  normsvc::cli::TuneProcessForLoad();
   // Signals are taken synchronously by the main thread (blocked before any
   // gRPC thread starts, so those threads inherit the mask).
   sigset_t signals;

@@ -14,6 +14,7 @@
 #include "engine.h"
 #include "normsvc/client/client.h"
 #include "plot.h"
+#include "process_tuning.h"
 #include "report.h"
 #include "workload.h"
 
@@ -151,6 +152,7 @@ bool WriteFile(const std::string& path, const std::string& text) {
 }
 
 int Main(int argc, char** argv) {
+  cli::TuneProcessForLoad();
   absl::StatusOr<cli::Args> parsed =
       cli::Args::Parse(argc, argv, 1, {"verify", "echo", "quiet", "tls", "help"});
   if (!parsed.ok()) return Usage(parsed.status());
