@@ -143,6 +143,9 @@ std::vector<FlagSpec> Flags() {
                             "grace period after max connection age"));
   flags.push_back(Int64Flag("drain_timeout_s", &ServerOptions::drain_timeout_s,
                             "on SIGTERM: longest wait for accepted requests before exit"));
+  flags.push_back(Int64Flag("drain_grace_ms", &ServerOptions::drain_grace_ms,
+                            "after the drain, how long new requests still get UNAVAILABLE from "
+                            "the service before gRPC shuts down"));
   flags.push_back(
       StringFlag("log_level", &ServerOptions::log_level, "debug, info, warning or error"));
   return flags;
@@ -208,6 +211,7 @@ absl::Status ValidateOptions(const ServerOptions& o) {
            at_least("max_connection_age_ms", o.max_connection_age_ms, 0),
            at_least("max_connection_age_grace_ms", o.max_connection_age_grace_ms, 0),
            at_least("drain_timeout_s", o.drain_timeout_s, 0),
+           at_least("drain_grace_ms", o.drain_grace_ms, 0),
        }) {
     if (!status.ok()) return status;
   }

@@ -49,6 +49,9 @@ struct ServerOptions {
   int64_t max_connection_age_grace_ms = 30000;
 
   int64_t drain_timeout_s = 30;
+  // After the drain, how long handlers keep answering UNAVAILABLE before
+  // gRPC shuts down (see Server::Stop).
+  int64_t drain_grace_ms = 200;
   std::string log_level = "info";
 };
 

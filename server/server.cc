@@ -260,20 +260,25 @@ bool Server::Stop() {
       Log(LogLevel::kWarning, "drain timeout: ", gate_->in_flight(), " requests still unanswered");
     }
   }
-  // 4. Shut gRPC down: stop listening; wait for calls to finish (streams end
+  // 4. Keep refusing for --drain_grace_ms (within the drain timeout): calls
+  //    that reach gRPC after its Shutdown begins are cancelled by the gRPC
+  //    core before any handler sees them, so clients still sending get a
+  //    clean UNAVAILABLE from the handlers meanwhile and can go elsewhere.
+  absl::SleepFor(std::min(absl::Milliseconds(options_.drain_grace_ms), deadline - absl::Now()));
+  // 5. Shut gRPC down: stop listening; wait for calls to finish (streams end
   //    as they go idle); calls still open at the deadline are cancelled. The
   //    workers still run, so cancelled tasks still get finished.
   if (grpc_server_ != nullptr) {
     grpc_server_->Shutdown(absl::ToChronoTime(std::max(deadline, absl::Now() + absl::Seconds(1))));
   }
-  // 5. Close the batchers and join their workers (the queues are empty
+  // 6. Close the batchers and join their workers (the queues are empty
   //    unless the drain timed out), then the control thread.
   if (pool_ != nullptr) {
     pool_->Close();
     pool_->Join();
   }
   if (control_ != nullptr) control_->Stop();
-  // 6. The metrics endpoint; executors (device memory, streams) are released
+  // 7. The metrics endpoint; executors (device memory, streams) are released
   //    with the pool when the Server is destroyed.
   exposer_.reset();
   if (grpc_server_ != nullptr) Log(LogLevel::kInfo, "stopped", drained ? "" : " (drain timed out)");

@@ -275,12 +275,60 @@ double Tolerance(DType dtype) {
   return ::testing::AssertionSuccess();
 }
 
+namespace {
+
+const prometheus::ClientMetric* FindSeries(const std::vector<prometheus::MetricFamily>& families,
+                                           const std::string& family,
+                                           const std::map<std::string, std::string>& labels,
+                                           prometheus::MetricType* type) {
+  for (const prometheus::MetricFamily& f : families) {
+    if (f.name != family) continue;
+    *type = f.type;
+    for (const prometheus::ClientMetric& metric : f.metric) {
+      std::map<std::string, std::string> have;
+      for (const auto& label : metric.label) have[label.name] = label.value;
+      if (have == labels) return &metric;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::optional<double> SeriesValue(const prometheus::Registry& registry, const std::string& family,
+                                  const std::map<std::string, std::string>& labels) {
+  const std::vector<prometheus::MetricFamily> families = registry.Collect();
+  prometheus::MetricType type{};
+  const prometheus::ClientMetric* metric = FindSeries(families, family, labels, &type);
+  if (metric == nullptr) return std::nullopt;
+  switch (type) {
+    case prometheus::MetricType::Counter:
+      return metric->counter.value;
+    case prometheus::MetricType::Gauge:
+      return metric->gauge.value;
+    case prometheus::MetricType::Histogram:
+      return static_cast<double>(metric->histogram.sample_count);
+    default:
+      return std::nullopt;
+  }
+}
+
+std::optional<double> HistogramSum(const prometheus::Registry& registry, const std::string& family,
+                                   const std::map<std::string, std::string>& labels) {
+  const std::vector<prometheus::MetricFamily> families = registry.Collect();
+  prometheus::MetricType type{};
+  const prometheus::ClientMetric* metric = FindSeries(families, family, labels, &type);
+  if (metric == nullptr || type != prometheus::MetricType::Histogram) return std::nullopt;
+  return metric->histogram.sample_sum;
+}
+
 ServerOptions TestServerOptions() {
   ServerOptions options;
   options.grpc_address = "127.0.0.1:0";
   options.metrics_address = "";
   options.backend = Backend::kCpu;
   options.drain_timeout_s = 20;
+  options.drain_grace_ms = 0;  // tests that need the grace ask for it
   options.log_level = "warning";
   return options;
 }

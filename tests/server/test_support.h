@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -12,6 +13,7 @@
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <prometheus/registry.h>
 
 #include "normsvc/kernels/types.h"
 #include "normsvc/v1/normalizer.grpc.pb.h"
@@ -64,6 +66,15 @@ std::unique_ptr<Server> StartServer(const ServerOptions& options);
 std::unique_ptr<v1::Normalizer::Stub> Connect(int port);
 // A context with a deadline `seconds` from now.
 std::unique_ptr<grpc::ClientContext> ContextWithDeadline(double seconds = 30);
+
+// The value of one series of `family` in `registry`: a counter's or gauge's
+// value, a histogram's sample count; nullopt when absent. `labels` must
+// match the series' labels exactly.
+std::optional<double> SeriesValue(const prometheus::Registry& registry, const std::string& family,
+                                  const std::map<std::string, std::string>& labels);
+// A histogram's sample sum.
+std::optional<double> HistogramSum(const prometheus::Registry& registry, const std::string& family,
+                                   const std::map<std::string, std::string>& labels);
 
 // A forward request with random data.
 struct ForwardCase {

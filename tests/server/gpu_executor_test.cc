@@ -1,0 +1,213 @@
+// The GPU executor on its own: batches of mixed requests against the
+// oracle, row-chunked requests larger than the staging buffer, registered
+// parameters in device memory, two slots at once, and an injected CUDA
+// error that fails one batch while the executor keeps serving. Skips, with
+// the reason, where no GPU is visible.
+#include <deque>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "server/gpu_backend.h"
+#include "server/parameter_store.h"
+#include "server/task_builder.h"
+#include "server/validation.h"
+#include "test_support.h"
+
+namespace normsvc::server::testing {
+namespace {
+
+class NullSink final : public TaskSink {
+ public:
+  bool IsCancelled() const override { return false; }
+  void OnTaskDone(const absl::Status&) override {}
+};
+
+// Requests and responses that outlive the batch that points into them.
+struct Prepared {
+  std::deque<ForwardRequest> forward;  // stable addresses: tasks view their bytes
+  std::vector<std::unique_ptr<v1::NormalizeResponse>> responses;
+  Batch batch;
+};
+
+class GpuExecutorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (VisibleGpuCount() == 0) {
+      GTEST_SKIP() << (GpuBackendCompiled() ? "no GPU visible" : "this build has no CUDA backend")
+                   << ": the GPU executor tests run on the GPU machine";
+    }
+    GpuExecutorOptions options;
+    options.device = 0;
+    options.slots = 2;
+    options.staging_bytes = 1 << 20;  // small, so larger requests run in row chunks
+    options.max_batch_tasks = 256;
+    absl::StatusOr<std::unique_ptr<Executor>> executor = CreateGpuExecutor(options);
+    ASSERT_TRUE(executor.ok()) << executor.status();
+    executor_ = *std::move(executor);
+    store_ = std::make_unique<ParameterStore>(ParameterLimits{},
+                                              std::vector<Executor*>{executor_.get()});
+  }
+
+  void Add(Prepared& p, ForwardRequest made_in) {
+    p.forward.push_back(std::move(made_in));
+    const ForwardRequest& made = p.forward.back();
+    absl::StatusOr<ForwardPlan> plan = ValidateNormalize(made.request, limits_, *store_);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    p.responses.push_back(std::make_unique<v1::NormalizeResponse>());
+    p.responses.back()->set_request_id(made.request.request_id());
+    std::unique_ptr<Task> task = BuildForwardTask(*plan, made.request, p.responses.back().get(),
+                                                  absl::InfiniteFuture(), &sink_);
+    // Poison the outputs: a result must come from the run.
+    PoisonOutputs(*p.responses.back());
+    p.batch.rows += task->rows;
+    p.batch.input_bytes += task->input_bytes;
+    p.batch.output_bytes += task->output_bytes;
+    p.batch.staging_bytes += task->staging_bytes;
+    p.batch.tasks.push_back(std::move(task));
+  }
+  static void PoisonOutputs(v1::NormalizeResponse& response) {
+    for (v1::Tensor* t : {response.mutable_output(), response.mutable_residual_sum(),
+                          response.mutable_mean(), response.mutable_rstd()}) {
+      std::fill(t->mutable_data()->begin(), t->mutable_data()->end(), '\x7f');
+    }
+  }
+  void ExpectAllCorrect(const Prepared& p, const BatchResult& result) {
+    ASSERT_EQ(result.statuses.size(), p.forward.size());
+    for (size_t i = 0; i < p.forward.size(); ++i) {
+      ASSERT_TRUE(result.statuses[i].ok()) << result.statuses[i];
+      EXPECT_TRUE(CheckForward(p.forward[i].request, p.forward[i].gamma, p.forward[i].beta,
+                               *p.responses[i]))
+          << p.forward[i].request.ShortDebugString().substr(0, 200);
+    }
+  }
+  Prepared MixedBatch(std::mt19937_64& rng, int tasks) {
+    Prepared p;
+    for (int i = 0; i < tasks; ++i) {
+      ForwardCase c;
+      c.op = i % 2 ? NormOp::kRmsNorm : NormOp::kLayerNorm;
+      c.dtype = static_cast<DType>(i % 3);
+      const int64_t hidden[] = {1, 7, 64, 100, 1024, 4096, 8192};
+      c.shape = {1 + i % 4, hidden[i % 7]};
+      c.residual = i % 3 == 0;
+      c.return_residual_sum = c.residual;
+      c.return_statistics = i % 4 == 1;
+      c.inline_gamma = i % 2 == 0;
+      c.inline_beta = c.op == NormOp::kLayerNorm && i % 4 == 0;
+      if (i % 5 == 0) c.output_dtype = DType::kF32;
+      Add(p, MakeForwardRequest(rng, c, i));
+    }
+    return p;
+  }
+
+  RequestLimits limits_;
+  NullSink sink_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<ParameterStore> store_;
+};
+
+TEST_F(GpuExecutorTest, MixedForwardBatchMatchesTheOracle) {
+  std::mt19937_64 rng(TestSeed() + 40);
+  Prepared p = MixedBatch(rng, 30);
+  const BatchResult result = executor_->Run(p.batch, 0);
+  ExpectAllCorrect(p, result);
+  ASSERT_TRUE(result.kernel_seconds && result.h2d_seconds && result.d2h_seconds);
+  EXPECT_GT(*result.kernel_seconds, 0);
+  EXPECT_EQ(result.kernel_bytes, p.batch.input_bytes + p.batch.output_bytes);
+}
+
+TEST_F(GpuExecutorTest, RequestsLargerThanTheStagingBufferRunInRowChunks) {
+  std::mt19937_64 rng(TestSeed() + 41);
+  ForwardCase c;
+  c.shape = {300, 4096};  // 4.7 MiB in, more out: several rounds of 1 MiB
+  c.residual = c.return_residual_sum = c.return_statistics = true;
+  c.inline_gamma = c.inline_beta = true;
+  Prepared p;
+  Add(p, MakeForwardRequest(rng, c, 1));
+  ASSERT_GT(p.batch.staging_bytes, executor_->max_batch_staging_bytes());
+  ExpectAllCorrect(p, executor_->Run(p.batch, 1));
+
+  // Backward: dgamma/dbeta summed over the chunks.
+  v1::NormalizeBackwardRequest request;
+  request.set_op(v1::LAYER_NORM);
+  *request.mutable_input() = ToProto(RandomTensor(rng, DType::kF32, {200, 2048}));
+  *request.mutable_grad_output() = ToProto(RandomTensor(rng, DType::kF32, {200, 2048}, 0.0, 1.0));
+  HostTensor gamma = RandomTensor(rng, DType::kF32, {2048}, 1.0, 0.25);
+  *request.mutable_parameters()->mutable_inline_()->mutable_gamma() = ToProto(gamma);
+  absl::StatusOr<BackwardPlan> plan = ValidateNormalizeBackward(request, limits_, *store_);
+  ASSERT_TRUE(plan.ok());
+  v1::NormalizeBackwardResponse response;
+  Batch batch;
+  batch.tasks.push_back(
+      BuildBackwardTask(*plan, request, &response, absl::InfiniteFuture(), &sink_));
+  batch.staging_bytes = batch.tasks[0]->staging_bytes;
+  ASSERT_GT(batch.staging_bytes, executor_->max_batch_staging_bytes());
+  const BatchResult result = executor_->Run(batch, 0);
+  ASSERT_TRUE(result.statuses.at(0).ok()) << result.statuses[0];
+  EXPECT_TRUE(CheckBackward(request, gamma.values, response));
+}
+
+TEST_F(GpuExecutorTest, RegisteredParametersAreReadFromDeviceMemory) {
+  std::mt19937_64 rng(TestSeed() + 42);
+  HostTensor gamma = RandomTensor(rng, DType::kF16, {768}, 1.0, 0.25);
+  HostTensor beta = RandomTensor(rng, DType::kF16, {768}, 0.0, 0.5);
+  ASSERT_TRUE(store_->Register("ln", 768, DType::kF16, gamma.bytes, beta.bytes, false).ok());
+  ForwardCase c;
+  c.dtype = DType::kF16;
+  c.shape = {5, 768};
+  ForwardRequest made = MakeForwardRequest(rng, c, 3);
+  made.request.mutable_parameters()->set_name("ln");
+  made.gamma = gamma.values;
+  made.beta = beta.values;
+  Prepared p;
+  Add(p, std::move(made));
+  ExpectAllCorrect(p, executor_->Run(p.batch, 0));
+}
+
+TEST_F(GpuExecutorTest, TwoSlotsRunBatchesConcurrently) {
+  std::vector<std::thread> threads;
+  for (int slot = 0; slot < 2; ++slot) {
+    threads.emplace_back([&, slot] {
+      std::mt19937_64 rng(TestSeed() + 43 + slot);
+      for (int round = 0; round < 10; ++round) {
+        Prepared p = MixedBatch(rng, 12);
+        ExpectAllCorrect(p, executor_->Run(p.batch, slot));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+}
+
+TEST_F(GpuExecutorTest, InjectedCudaErrorFailsOneBatchAndTheExecutorKeepsServing) {
+  std::mt19937_64 rng(TestSeed() + 44);
+  ASSERT_TRUE(InjectGpuFaultForNextBatch(*executor_).ok());
+  Prepared failed = MixedBatch(rng, 5);
+  const BatchResult result = executor_->Run(failed.batch, 0);
+  ASSERT_EQ(result.statuses.size(), 5u);
+  for (const absl::Status& status : result.statuses) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
+    EXPECT_NE(status.message().find("cuda:0"), absl::string_view::npos) << status;
+  }
+  EXPECT_TRUE(executor_->healthy());
+  for (int slot = 0; slot < 2; ++slot) {
+    Prepared p = MixedBatch(rng, 8);
+    ExpectAllCorrect(p, executor_->Run(p.batch, slot));
+  }
+}
+
+TEST(GpuBackendTest, FaultInjectionNeedsAGpuExecutor) {
+  class NotGpu final : public Executor {
+   public:
+    const DeviceDescription& device() const override { return device_; }
+    int slots() const override { return 1; }
+    int64_t max_batch_staging_bytes() const override { return 0; }
+    BatchResult Run(const Batch&, int) override { return {}; }
+    absl::StatusOr<DeviceBuffer> Upload(const void*, std::size_t) override { return nullptr; }
+    bool healthy() const override { return true; }
+    DeviceDescription device_;
+  } executor;
+  EXPECT_EQ(InjectGpuFaultForNextBatch(executor).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace normsvc::server::testing

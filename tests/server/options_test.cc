@@ -1,0 +1,129 @@
+// Flags and NORMSVC_* environment variables (server-interface.md).
+#include "server/options.h"
+
+#include <map>
+
+#include <gtest/gtest.h>
+
+namespace normsvc::server {
+namespace {
+
+EnvLookup Env(std::map<std::string, std::string> values) {
+  return [values](const std::string& name) -> std::optional<std::string> {
+    auto it = values.find(name);
+    if (it == values.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(OptionsTest, DefaultsAreTheDocumentedOnes) {
+  absl::StatusOr<CommandLine> parsed = ParseCommandLine({}, Env({}));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const ServerOptions& o = parsed->options;
+  EXPECT_EQ(o.grpc_address, "0.0.0.0:50051");
+  EXPECT_EQ(o.metrics_address, "0.0.0.0:9464");
+  EXPECT_EQ(o.backend, Backend::kAuto);
+  EXPECT_TRUE(o.devices.empty());
+  EXPECT_EQ(o.max_batch_rows, 8192);
+  EXPECT_EQ(o.max_batch_bytes, 67108864);
+  EXPECT_EQ(o.max_queue_delay_us, 0);
+  EXPECT_EQ(o.max_queue_size, 4096);
+  EXPECT_EQ(o.max_queued_bytes, 1073741824);
+  EXPECT_EQ(o.max_hidden_size, 262144);
+  EXPECT_EQ(o.max_request_rows, 1048576);
+  EXPECT_EQ(o.max_request_bytes, 268435456);
+  EXPECT_EQ(o.max_receive_message_bytes, 536870912);
+  EXPECT_EQ(o.max_parameter_sets, 1024);
+  EXPECT_EQ(o.max_parameter_bytes, 1073741824);
+  EXPECT_EQ(o.batches_in_flight, 2);
+  EXPECT_EQ(o.staging_buffer_bytes, 134217728);
+  EXPECT_EQ(o.keepalive_time_ms, 30000);
+  EXPECT_EQ(o.keepalive_timeout_ms, 10000);
+  EXPECT_EQ(o.max_connection_age_ms, 0);
+  EXPECT_EQ(o.max_connection_age_grace_ms, 30000);
+  EXPECT_EQ(o.drain_timeout_s, 30);
+  EXPECT_EQ(o.log_level, "info");
+}
+
+TEST(OptionsTest, EnvironmentSetsFlagsAndTheCommandLineWins) {
+  absl::StatusOr<CommandLine> parsed =
+      ParseCommandLine({"--max_batch_rows=512", "--devices", "0,2", "--backend=cpu"},
+                       Env({{"NORMSVC_MAX_BATCH_ROWS", "64"},
+                            {"NORMSVC_MAX_QUEUE_DELAY_US", "250"},
+                            {"NORMSVC_METRICS_ADDRESS", ""},
+                            {"NORMSVC_BACKEND", "cuda"}}));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->options.max_batch_rows, 512);      // flag over env
+  EXPECT_EQ(parsed->options.max_queue_delay_us, 250);  // env
+  EXPECT_EQ(parsed->options.metrics_address, "");      // env may switch metrics off
+  EXPECT_EQ(parsed->options.backend, Backend::kCpu);
+  EXPECT_EQ(parsed->options.devices, (std::vector<int>{0, 2}));
+}
+
+TEST(OptionsTest, HelpListsEveryFlagWithItsEnvironmentVariableAndDefault) {
+  absl::StatusOr<CommandLine> parsed = ParseCommandLine({"--help"}, Env({}));
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->action, CommandLine::Action::kHelp);
+  for (const char* flag : {"grpc_address",
+                           "metrics_address",
+                           "backend",
+                           "devices",
+                           "max_batch_rows",
+                           "max_batch_bytes",
+                           "max_queue_delay_us",
+                           "max_queue_size",
+                           "max_queued_bytes",
+                           "max_hidden_size",
+                           "max_request_rows",
+                           "max_request_bytes",
+                           "max_receive_message_bytes",
+                           "max_parameter_sets",
+                           "max_parameter_bytes",
+                           "batches_in_flight",
+                           "staging_buffer_bytes",
+                           "keepalive_time_ms",
+                           "keepalive_timeout_ms",
+                           "max_connection_age_ms",
+                           "max_connection_age_grace_ms",
+                           "drain_timeout_s",
+                           "log_level"}) {
+    std::string env = std::string("NORMSVC_") + flag;
+    for (char& ch : env) ch = static_cast<char>(std::toupper(ch));
+    EXPECT_NE(parsed->text.find(std::string("--") + flag + " (env " + env + ", default"),
+              std::string::npos)
+        << flag;
+  }
+  EXPECT_NE(parsed->text.find("default \"8192\""), std::string::npos);
+  EXPECT_EQ(ParseCommandLine({"--version"}, Env({}))->action, CommandLine::Action::kVersion);
+}
+
+TEST(OptionsTest, BadValuesAreErrorsNamingTheFlagOrVariable) {
+  struct Case {
+    std::vector<std::string> args;
+    std::map<std::string, std::string> env;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{"--max_batch_rows=lots"}, {}, "--max_batch_rows: 'lots' is not an integer"},
+      {{}, {{"NORMSVC_MAX_QUEUE_SIZE", "x"}}, "NORMSVC_MAX_QUEUE_SIZE: --max_queue_size"},
+      {{"--nonsense=1"}, {}, "unknown flag --nonsense"},
+      {{"--backend=gpu"}, {}, "--backend: 'gpu' is not one of auto, cuda, cpu"},
+      {{"--devices=0,x"}, {}, "--devices:"},
+      {{"--max_receive_message_bytes=1000"}, {}, "--max_receive_message_bytes must be >= 67108864"},
+      {{"--max_batch_rows=0"}, {}, "--max_batch_rows must be >= 1"},
+      {{"--max_hidden_size=2000000"}, {}, "--max_hidden_size must be <= 1048576"},
+      {{"--log_level=loud"}, {}, "--log_level: 'loud'"},
+      {{"--drain_timeout_s"}, {}, "--drain_timeout_s needs a value"},
+      {{"stray"}, {}, "unexpected argument 'stray'"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<CommandLine> parsed = ParseCommandLine(c.args, Env(c.env));
+    ASSERT_FALSE(parsed.ok()) << c.message;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find(c.message), absl::string_view::npos)
+        << parsed.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace normsvc::server
