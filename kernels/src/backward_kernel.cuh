@@ -57,6 +57,19 @@ __global__ void __launch_bounds__(512, 1)
     for (int j = 0; j < W; ++j) dgamma[k][j] = dbeta[k][j] = 0.0f;
   }
 
+  // gamma of this thread's columns, loaded once (every row uses the same).
+  float gamma[V][W];
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int chunk = k * team.row_threads + team.rank;
+    if (chunk < chunks) {
+      LoadGamma<T, W>(p, static_cast<int64_t>(chunk) * W, vectorized, gamma[k]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < W; ++j) gamma[k][j] = 1.0f;
+    }
+  }
+
   Pack<T, W> next_x[V];
   Pack<T, W> next_dy[V];
   float next_mean = 0.0f;
@@ -108,12 +121,10 @@ __global__ void __launch_bounds__(512, 1)
     for (int k = 0; k < V; ++k) {
       const int chunk = k * team.row_threads + team.rank;
       if (chunk < chunks) {
-        float gamma[W];
-        LoadGamma<T, W>(p, static_cast<int64_t>(chunk) * W, vectorized, gamma);
 #pragma unroll
         for (int j = 0; j < W; ++j) {
           const float xhat = ((ToFloat(x[k].e[j]) - stats.mean_hi) - stats.mean_lo) * stats.rstd;
-          const float g = ToFloat(dy[k].e[j]) * gamma[j];
+          const float g = ToFloat(dy[k].e[j]) * gamma[k][j];
           sums[0] += g;
           sums[1] = fmaf(g, xhat, sums[1]);
         }
@@ -128,14 +139,12 @@ __global__ void __launch_bounds__(512, 1)
       for (int k = 0; k < V; ++k) {
         const int chunk = k * team.row_threads + team.rank;
         if (chunk < chunks) {
-          float gamma[W];
-          LoadGamma<T, W>(p, static_cast<int64_t>(chunk) * W, vectorized, gamma);
           Pack<T, W> dx;
 #pragma unroll
           for (int j = 0; j < W; ++j) {
             const float dyv = ToFloat(dy[k].e[j]);
             const float xhat = ((ToFloat(x[k].e[j]) - stats.mean_hi) - stats.mean_lo) * stats.rstd;
-            const float g = dyv * gamma[j];
+            const float g = dyv * gamma[k][j];
             dx.e[j] = FromFloat<T>(fmaf(-xhat, mean_gx, g - mean_g) * stats.rstd);
             dgamma[k][j] = fmaf(dyv, xhat, dgamma[k][j]);
             dbeta[k][j] += dyv;

@@ -12,6 +12,7 @@
 
 #include "device_access.cuh"
 #include "kernel_params.h"
+#include "param_cache.cuh"
 #include "row_reduce.cuh"
 #include "segment_lookup.cuh"
 
@@ -97,6 +98,33 @@ __device__ __forceinline__ void WriteOutput(const RowPointers<T>& r, int64_t ind
   StoreOutput<W>(r.out, r.out_dtype, index, y, vectorized);
 }
 
+// WriteOutput with gamma and beta from the thread's parameter cache (slot k).
+template <typename T, int W>
+__device__ __forceinline__ void WriteOutputCached(const RowPointers<T>& r, int64_t index,
+                                                  const Pack<T, W>& v, const RowStats& stats,
+                                                  bool layer_norm, bool vectorized,
+                                                  const ParamCache& cache, int k) {
+  float y[W];
+#pragma unroll
+  for (int j = 0; j < W; ++j) {
+    const float value = ToFloat(v.e[j]);
+    y[j] = layer_norm ? ((value - stats.mean_hi) - stats.mean_lo) * stats.rstd : value * stats.rstd;
+  }
+  if (r.gamma != nullptr) {
+    float g[W];
+    ReadCachedParams<T, W>(cache, k, 0, g);
+#pragma unroll
+    for (int j = 0; j < W; ++j) y[j] *= g[j];
+  }
+  if (r.beta != nullptr) {
+    float b[W];
+    ReadCachedParams<T, W>(cache, k, 1, b);
+#pragma unroll
+    for (int j = 0; j < W; ++j) y[j] += b[j];
+  }
+  StoreOutput<W>(r.out, r.out_dtype, index, y, vectorized);
+}
+
 // Statistics of a row held in registers: slots[k] is chunk k * row_threads +
 // team.rank; chunks at or past `chunks` are zero and ignored.
 template <typename T, int V, int W>
@@ -172,8 +200,10 @@ __device__ __forceinline__ RowRef FetchRow(const ForwardParams& p, const RowSche
 template <typename T, int V, int W>
 __device__ __forceinline__ void NormalizeRow(const RowRef& ref, Pack<T, W> (&v)[V],
                                              const RowTeam& team, ReduceScratch& scratch,
-                                             int first_slot) {
+                                             int first_slot, ParamCache& cache) {
   const DeviceSegment& s = *ref.segment;
+  // Issued before the statistics so its loads overlap theirs.
+  RefreshParamCache<T, V, W>(cache, s, team.row_threads, team.rank);
   const bool layer_norm = s.op == static_cast<uint8_t>(NormOp::kLayerNorm);
   const bool vectorized = s.vectorized != 0;
   const int chunks = s.hidden / W;
@@ -200,7 +230,8 @@ __device__ __forceinline__ void NormalizeRow(const RowRef& ref, Pack<T, W> (&v)[
   for (int k = 0; k < V; ++k) {
     const int chunk = k * team.row_threads + team.rank;
     if (chunk < chunks) {
-      WriteOutput<T, W>(r, static_cast<int64_t>(chunk) * W, v[k], stats, layer_norm, vectorized);
+      WriteOutputCached<T, W>(r, static_cast<int64_t>(chunk) * W, v[k], stats, layer_norm,
+                              vectorized, cache, k);
     }
   }
   if (team.rank == 0) {
@@ -222,6 +253,8 @@ __global__ void __launch_bounds__(512, 1)
 #endif
     ForwardRowsKernel(const __grid_constant__ ForwardParams p) {
   __shared__ ReduceScratch scratch;
+  extern __shared__ __align__(16) uint8_t param_cache_bytes[];  // ParamCacheBytes(V, W, ...)
+  ParamCache cache = EmptyParamCache(param_cache_bytes);
   const RowTeam team = MakeTeam(p.shape);
   const RowSchedule schedule = MakeSchedule(p.shape, p.total_rows);
   Pack<T, W> next[V];
@@ -232,7 +265,7 @@ __global__ void __launch_bounds__(512, 1)
     for (int k = 0; k < V; ++k) v[k] = next[k];
     const RowRef ref = next_ref;
     if (it + 1 < schedule.iterations) next_ref = FetchRow<T, V, W>(p, schedule, team, it + 1, next);
-    NormalizeRow<T, V, W>(ref, v, team, scratch, (it & 1) * 2);
+    NormalizeRow<T, V, W>(ref, v, team, scratch, (it & 1) * 2, cache);
   }
   // No block of a cluster may exit while another still reads its shared memory.
   if (p.shape.cluster > 1) ClusterSync();

@@ -10,6 +10,7 @@
 #include "launch_common.h"
 #include "launch_plan.h"
 #include "normsvc/kernels/gpu.h"
+#include "param_cache.cuh"
 
 namespace normsvc::kernels {
 namespace detail {
@@ -49,6 +50,7 @@ uint64_t PackedKey(const ForwardSegment& s, const KernelPlan& plan) {
   key = key * 2048 + static_cast<uint64_t>(plan.row_threads);
   key = key * 16 + static_cast<uint64_t>(plan.cluster);
   key = key * 2048 + static_cast<uint64_t>(plan.block_threads);
+  key = key * 4 + static_cast<uint64_t>(s.param_dtype);  // sizes the parameter cache
   return key;
 }
 
@@ -86,22 +88,24 @@ DeviceSegment ToDevice(const ForwardSegment& s, const KernelPlan& plan, int64_t 
 
 // The row-register kernels are persistent: at most one wave of blocks, each
 // looping over its rows (a row's arithmetic does not depend on which block
-// or iteration handles it). The streamed kernel takes one block per row.
-int64_t BlocksFor(detail::ForwardKernel kernel, const KernelPlan& plan, int64_t rows) {
-  if (plan.layout == Layout::kStreamed) return rows;
-  const int64_t units_needed = plan.cluster > 1 ? rows : (rows + plan.groups - 1) / plan.groups;
-  const int64_t resident =
-      detail::ResidentBlocks(reinterpret_cast<const void*>(kernel), plan.block_threads) /
-      plan.cluster;
-  return std::min(units_needed, std::max<int64_t>(1, resident)) * plan.cluster;
-}
-
-Status LaunchOneGroup(DType x_dtype, const KernelPlan& plan, const ForwardParams& params,
-                      cudaStream_t stream) {
+// or iteration handles it), with a per-thread gamma/beta cache in dynamic
+// shared memory. The streamed kernel takes one block per row.
+Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan,
+                      const ForwardParams& params, cudaStream_t stream) {
   const detail::ForwardKernel kernel = detail::FindForwardKernel(x_dtype, plan);
   if (kernel == nullptr) return Status(Code::kInternal, "no forward kernel for this plan");
-  return detail::LaunchWithPlan(kernel, plan, BlocksFor(kernel, plan, params.total_rows), 0, params,
-                                stream);
+  if (plan.layout == Layout::kStreamed) {
+    return detail::LaunchWithPlan(kernel, plan, params.total_rows, 0, params, stream);
+  }
+  const std::size_t smem = detail::ParamCacheBytes(
+      plan.slots, plan.width, static_cast<int>(DTypeSize(param_dtype)), plan.block_threads);
+  const int64_t units_needed =
+      plan.cluster > 1 ? params.total_rows : (params.total_rows + plan.groups - 1) / plan.groups;
+  const int64_t resident =
+      detail::ResidentBlocks(reinterpret_cast<const void*>(kernel), plan.block_threads, smem) /
+      plan.cluster;
+  const int64_t blocks = std::min(units_needed, std::max<int64_t>(1, resident)) * plan.cluster;
+  return detail::LaunchWithPlan(kernel, plan, blocks, smem, params, stream);
 }
 
 }  // namespace
@@ -121,7 +125,7 @@ Status LaunchForwardSegment(const ForwardSegment& segment, cudaStream_t stream) 
   params.shape = detail::ShapeOf(plan);
   params.total_rows = segment.rows;
   params.single = ToDevice(segment, plan, 0);
-  return LaunchOneGroup(segment.x_dtype, plan, params, stream);
+  return LaunchOneGroup(segment.x_dtype, segment.param_dtype, plan, params, stream);
 }
 
 Status LaunchForward(const ForwardSegment* segments, int count, void* device_workspace,
@@ -226,7 +230,8 @@ Status LaunchForward(const ForwardSegment* segments, int count, void* device_wor
   }
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const Entry& first = entries[groups[g].first];
-    if (Status st = LaunchOneGroup(segments[first.index].x_dtype, first.plan, launches[g], stream);
+    if (Status st = LaunchOneGroup(segments[first.index].x_dtype, segments[first.index].param_dtype,
+                                   first.plan, launches[g], stream);
         !st.ok()) {
       return st;
     }

@@ -10,13 +10,13 @@
 
 namespace normsvc::kernels::detail {
 
-int64_t ResidentBlocks(const void* kernel, int block_threads) {
+int64_t ResidentBlocks(const void* kernel, int block_threads, std::size_t dynamic_smem) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return 0;
-  using Key = std::tuple<int, const void*, int>;
+  using Key = std::tuple<int, const void*, int, std::size_t>;
   static std::mutex mutex;
   static std::vector<std::pair<Key, int64_t>> cache;
-  const Key key{device, kernel, block_threads};
+  const Key key{device, kernel, block_threads, dynamic_smem};
   {
     std::lock_guard<std::mutex> lock(mutex);
     for (const auto& [k, value] : cache) {
@@ -25,10 +25,12 @@ int64_t ResidentBlocks(const void* kernel, int block_threads) {
   }
   int per_sm = 0;
   int sms = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads, 0) !=
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kMaxDynamicSmem)) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads, dynamic_smem) !=
           cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free error so later checks see only their own
+    cudaGetLastError();  // clear the error so later checks see only their own
     return 0;
   }
   const int64_t value = static_cast<int64_t>(per_sm) * sms;

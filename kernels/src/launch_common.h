@@ -41,10 +41,16 @@ inline RowShape ShapeOf(const KernelPlan& plan) {
   return shape;
 }
 
-// Blocks of `kernel` (of `block_threads` threads) that fit on the current
-// device at once: resident blocks per SM times the SM count. Cached per
-// (device, kernel, block size); 0 when the query fails.
-int64_t ResidentBlocks(const void* kernel, int block_threads);
+// Dynamic shared memory a row kernel may be launched with (set once per
+// kernel and device; launches use what they need up to this).
+inline constexpr std::size_t kMaxDynamicSmem = 160 * 1024;
+
+// Blocks of `kernel` (of `block_threads` threads, `dynamic_smem` bytes of
+// dynamic shared memory) that fit on the current device at once: resident
+// blocks per SM times the SM count. Raises the kernel's dynamic shared memory
+// limit to kMaxDynamicSmem on first use. Cached per (device, kernel, block
+// size, shared memory); 0 when a query fails.
+int64_t ResidentBlocks(const void* kernel, int block_threads, std::size_t dynamic_smem);
 
 // Launches `kernel` with `blocks` blocks of the plan's size, as clusters of
 // plan.cluster blocks when that is more than one.
