@@ -1,6 +1,7 @@
 #include "normsvc/client/npy.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <optional>
@@ -248,9 +249,14 @@ absl::StatusOr<NpyArray> ParseNpy(std::string_view bytes, const NpyReadOptions& 
 }
 
 absl::StatusOr<NpyArray> ReadNpyFile(const std::string& path, const NpyReadOptions& options) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) {
+    return absl::NotFoundError(absl::StrCat("'", path, "' is not a readable file"));
+  }
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
   const int64_t file_size = static_cast<int64_t>(in.tellg());
+  if (file_size < 0) return absl::DataLossError(absl::StrCat("cannot size '", path, "'"));
   in.seekg(0);
   std::string prefix(static_cast<size_t>(std::min<int64_t>(file_size, 12)), '\0');
   in.read(prefix.data(), static_cast<std::streamsize>(prefix.size()));

@@ -6,6 +6,9 @@
 #include <cstdio>
 #include <fstream>
 
+#include "normsvc/client/channel.h"
+#include "normsvc/client/client.h"
+#include "normsvc/client/tensor.h"
 #include "normsvc/kernels/float16.h"
 #include "tool_runner.h"
 
@@ -155,6 +158,58 @@ TEST_F(EchoToolsTest, NormloadSweepWritesCsvAndPlot) {
   EXPECT_EQ(png.substr(1, 3), "PNG");
   const google::protobuf::Struct json = ParseJson(ReadFile(dir_.File("sweep.json")));
   EXPECT_EQ(Field(json, "points").list_value().values_size(), 2);
+}
+
+// round_robin over a name with two addresses sends calls to both servers.
+TEST(ChannelTest, RoundRobinSpreadsCallsOverEveryAddress) {
+  TempDir dir_a, dir_b;
+  EchoServer a(dir_a), b(dir_b);
+  ASSERT_TRUE(a.ready() && b.ready());
+  client::ChannelOptions options;
+  options.target = "ipv4:" + a.target() + "," + b.target();
+  options.load_balancing_policy = "round_robin";
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = client::MakeChannel(options);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  client::NormalizerClient normalizer(*channel);
+  v1::NormalizeRequest request;
+  request.set_op(v1::RMS_NORM);
+  const std::vector<int64_t> shape = {1, 4};
+  *request.mutable_input() =
+      *client::MakeTensorFromFloats(v1::FP32, shape, std::vector<float>{1.5f, -2, 3, 0.25f});
+  constexpr int kCalls = 20;
+  for (int i = 0; i < kCalls; ++i) {
+    absl::StatusOr<v1::NormalizeResponse> response =
+        normalizer.Normalize(request, {.timeout = absl::Seconds(10), .wait_for_ready = true});
+    ASSERT_TRUE(response.ok()) << response.status();
+    EXPECT_EQ(response->output().data(), request.input().data());
+  }
+  const auto [count_a, stream_a] = a.StopAndCount();
+  const auto [count_b, stream_b] = b.StopAndCount();
+  EXPECT_EQ(count_a + count_b, kCalls);
+  EXPECT_GT(count_a, 0);
+  EXPECT_GT(count_b, 0);
+}
+
+TEST(ChannelTest, ServiceConfigCarriesPolicyAndRetries) {
+  client::ChannelOptions options;
+  options.load_balancing_policy = "round_robin";
+  options.retry_max_attempts = 4;
+  options.retry_resource_exhausted = true;
+  const google::protobuf::Struct config = ParseJson(client::BuildServiceConfigJson(options));
+  const auto& lb = Field(config, "loadBalancingConfig").list_value();
+  ASSERT_EQ(lb.values_size(), 1);
+  EXPECT_TRUE(lb.values(0).struct_value().fields().contains("round_robin"));
+  const auto& method = Field(config, "methodConfig").list_value().values(0).struct_value();
+  EXPECT_EQ(Number(method, {"retryPolicy", "maxAttempts"}), 4);
+  const auto& codes =
+      method.fields().at("retryPolicy").struct_value().fields().at("retryableStatusCodes");
+  ASSERT_EQ(codes.list_value().values_size(), 2);
+  EXPECT_EQ(codes.list_value().values(1).string_value(), "RESOURCE_EXHAUSTED");
+  options.retry_max_attempts = 1;
+  EXPECT_FALSE(
+      ParseJson(client::BuildServiceConfigJson(options)).fields().contains("methodConfig"));
+  options.load_balancing_policy = "random";
+  EXPECT_FALSE(client::MakeChannel(options).ok());
 }
 
 }  // namespace

@@ -143,6 +143,11 @@ TEST(NpyTest, RandomCorruptionsNeverCrash) {
   EXPECT_LT(accepted, 20000);
 }
 
+TEST(NpyTest, ReadFileRefusesMissingFilesAndDirectories) {
+  EXPECT_EQ(ReadNpyFile("/nonexistent/x.npy").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(ReadNpyFile("/tmp").ok());
+}
+
 TEST(NpyTensorTest, ConvertsFloat64AndToBf16WithRounding) {
   NpyArray array;
   array.dtype = NpyDType::kFloat64;
