@@ -23,7 +23,11 @@ def find_proto_root():
 
 def stubs_are_current(proto_root):
     """True when generated stubs exist and are newer than the proto."""
-    generated = os.path.join(PACKAGE_DIR, "_generated", "normsvc", "v1", "normalizer_pb2_grpc.py")
+    return _is_current(os.path.join(PACKAGE_DIR, "_generated"), proto_root)
+
+
+def _is_current(generated_dir, proto_root):
+    generated = os.path.join(generated_dir, "normsvc", "v1", "normalizer_pb2_grpc.py")
     if not os.path.isfile(generated):
         return False
     if proto_root is None:
@@ -55,6 +59,9 @@ def generate(proto_root, out_root):
         target = os.path.join(out_root, "normsvc_client", "_generated")
         staging = target + ".new-" + str(os.getpid())
         shutil.copytree(generated, staging)
+        if os.path.isdir(target) and _is_current(target, proto_root):
+            shutil.rmtree(staging, ignore_errors=True)  # generated meanwhile by another process
+            return
         if os.path.isdir(target):  # stale: replace it
             retired = target + ".old-" + str(os.getpid())
             try:
