@@ -105,10 +105,11 @@ TEST_F(EchoToolsTest, NormloadCountsMatchTheServerInClosedAndOpenLoop) {
   // Closed loop, unary, every response verified against its input.
   CommandResult closed = RunCommand(
       {kNormload, "--target=" + server_->target(), "--concurrency=8", "--channels=2",
-       "--warmup_s=0.3", "--duration_s=1", "--verify", "--quiet",
-       "--json=" + dir_.File("closed.json"),
+       "--warmup_s=0.3", "--duration_s=1", "--verify", "--json=" + dir_.File("closed.json"),
        "--mix=op=layernorm,dtype=fp32,rows=2,hidden=256;op=rmsnorm,dtype=bf16,rows=1,hidden=512"});
   ASSERT_EQ(closed.exit_code, 0) << closed.err << closed.out;
+  EXPECT_NE(closed.err.find("measure"), std::string::npos) << "no progress line: " << closed.err;
+  EXPECT_NE(closed.out.find("throughput"), std::string::npos) << closed.out;
   // Open loop, half the requests over NormalizeStream.
   CommandResult open = RunCommand(
       {kNormload, "--target=" + server_->target(), "--rate=400", "--channels=2", "--warmup_s=0.3",

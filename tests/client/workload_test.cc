@@ -1,3 +1,4 @@
+#include <fstream>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -27,6 +28,24 @@ TEST(WorkloadTest, ParsesMixes) {
   absl::StatusOr<RequestKind> again = ParseKind(DescribeKind((*kinds)[0]));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(DescribeKind(*again), DescribeKind((*kinds)[0]));
+}
+
+TEST(WorkloadTest, ReadsScenarioFiles) {
+  const std::string path = ::testing::TempDir() + "/scenario.txt";
+  std::ofstream(path) << "# decode traffic\n"
+                         "op=rmsnorm,dtype=bf16,rows=1,hidden=4096,params=registered,weight=9\n"
+                         "\n"
+                         "op=layernorm,rows=512,hidden=1024,transport=stream  # prefill\n";
+  absl::StatusOr<std::vector<RequestKind>> kinds = ReadScenarioFile(path);
+  ASSERT_TRUE(kinds.ok()) << kinds.status();
+  ASSERT_EQ(kinds->size(), 2u);
+  EXPECT_EQ((*kinds)[0].weight, 9.0);
+  EXPECT_EQ((*kinds)[1].rows, 512);
+  EXPECT_EQ((*kinds)[1].transport, Transport::kStream);
+  std::ofstream(path) << "op=rmsnorm\nrows=-3\n";
+  absl::StatusOr<std::vector<RequestKind>> bad = ReadScenarioFile(path);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(":2:"), std::string::npos) << bad.status();
 }
 
 TEST(WorkloadTest, RejectsBadMixes) {
