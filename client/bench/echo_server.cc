@@ -9,19 +9,23 @@
 // and prints the number of requests served, e.g. "normsvc_echo: served normalize=N
 // stream_messages=M".
 //
-//   normsvc_echo [--address=127.0.0.1:50052]   (port 0 picks a free port;
-//   the chosen address is printed as "normsvc_echo listening on ADDR")
+//   normsvc_echo [--address=127.0.0.1:50052] [--tls_cert_file=PEM --tls_key_file=PEM]
+//   (port 0 picks a free port; the chosen address is printed as
+//   "normsvc_echo listening on ADDR"; with the TLS files it serves TLS)
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/status/statusor.h"
 #include "normsvc/v1/normalizer.grpc.pb.h"
 #include "process_tuning.h"
 
@@ -123,21 +127,48 @@ class EchoService final : public normsvc::v1::Normalizer::CallbackService {
   }
 };
 
+absl::StatusOr<std::string> ReadPem(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError("cannot read " + path);
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string address = "127.0.0.1:50052";
+  std::string cert_file, key_file;
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--address=", 10) == 0) {
-      address = argv[i] + 10;
-    } else if (std::strcmp(argv[i], "--help") == 0) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--address=", 0) == 0) {
+      address = arg.substr(10);
+    } else if (arg.rfind("--tls_cert_file=", 0) == 0) {
+      cert_file = arg.substr(16);
+    } else if (arg.rfind("--tls_key_file=", 0) == 0) {
+      key_file = arg.substr(15);
+    } else if (arg == "--help") {
       std::printf(
-          "usage: normsvc_echo [--address=HOST:PORT]   (default 127.0.0.1:50052; port 0 = any)\n");
+          "usage: normsvc_echo [--address=HOST:PORT] [--tls_cert_file=PEM --tls_key_file=PEM]\n"
+          "  default address 127.0.0.1:50052; port 0 = any free port\n");
       return 0;
     } else {
       std::fprintf(stderr, "normsvc_echo: unknown argument '%s'\n", argv[i]);
       return 2;
     }
+  }
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!cert_file.empty() || !key_file.empty()) {
+    absl::StatusOr<std::string> cert = ReadPem(cert_file), key = ReadPem(key_file);
+    if (!cert.ok() || !key.ok()) {
+      std::fprintf(stderr,
+                   "normsvc_echo: --tls_cert_file and --tls_key_file must both be readable\n");
+      return 2;
+    }
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    credentials = grpc::SslServerCredentials(ssl);
   }
   normsvc::cli::TuneProcessForLoad();
   // Signals are taken synchronously by the main thread (blocked before any
@@ -152,7 +183,7 @@ int main(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(address, credentials, &port);
   builder.SetMaxReceiveMessageSize(512 << 20);
   builder.SetMaxSendMessageSize(512 << 20);
   builder.RegisterService(&service);

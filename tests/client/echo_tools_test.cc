@@ -166,29 +166,62 @@ TEST(ChannelTest, RoundRobinSpreadsCallsOverEveryAddress) {
   TempDir dir_a, dir_b;
   EchoServer a(dir_a), b(dir_b);
   ASSERT_TRUE(a.ready() && b.ready());
-  client::ChannelOptions options;
-  options.target = "ipv4:" + a.target() + "," + b.target();
-  options.load_balancing_policy = "round_robin";
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = client::MakeChannel(options);
-  ASSERT_TRUE(channel.ok()) << channel.status();
-  client::NormalizerClient normalizer(*channel);
-  v1::NormalizeRequest request;
-  request.set_op(v1::RMS_NORM);
-  const std::vector<int64_t> shape = {1, 4};
-  *request.mutable_input() =
-      *client::MakeTensorFromFloats(v1::FP32, shape, std::vector<float>{1.5f, -2, 3, 0.25f});
   constexpr int kCalls = 20;
-  for (int i = 0; i < kCalls; ++i) {
-    absl::StatusOr<v1::NormalizeResponse> response =
-        normalizer.Normalize(request, {.timeout = absl::Seconds(10), .wait_for_ready = true});
-    ASSERT_TRUE(response.ok()) << response.status();
-    EXPECT_EQ(response->output().data(), request.input().data());
+  {  // the channel closes before the servers stop
+    client::ChannelOptions options;
+    options.target = "ipv4:" + a.target() + "," + b.target();
+    options.load_balancing_policy = "round_robin";
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = client::MakeChannel(options);
+    ASSERT_TRUE(channel.ok()) << channel.status();
+    client::NormalizerClient normalizer(*channel);
+    v1::NormalizeRequest request;
+    request.set_op(v1::RMS_NORM);
+    const std::vector<int64_t> shape = {1, 4};
+    *request.mutable_input() =
+        *client::MakeTensorFromFloats(v1::FP32, shape, std::vector<float>{1.5f, -2, 3, 0.25f});
+    for (int i = 0; i < kCalls; ++i) {
+      absl::StatusOr<v1::NormalizeResponse> response =
+          normalizer.Normalize(request, {.timeout = absl::Seconds(10), .wait_for_ready = true});
+      ASSERT_TRUE(response.ok()) << response.status();
+      EXPECT_EQ(response->output().data(), request.input().data());
+    }
   }
   const auto [count_a, stream_a] = a.StopAndCount();
   const auto [count_b, stream_b] = b.StopAndCount();
   EXPECT_EQ(count_a + count_b, kCalls);
   EXPECT_GT(count_a, 0);
   EXPECT_GT(count_b, 0);
+}
+
+// TLS from PEM files: normctl and normload reach a TLS echo server with the
+// CA file, and fail without TLS.
+TEST(ChannelTest, TlsCredentialsFromFiles) {
+  TempDir dir;
+  const CommandResult keygen =
+      RunCommand({"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                  "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                  "-keyout", dir.File("key.pem"), "-out", dir.File("cert.pem")});
+  if (keygen.exit_code == 127) GTEST_SKIP() << "no /usr/bin/openssl to make a test certificate";
+  ASSERT_EQ(keygen.exit_code, 0) << keygen.err;
+  const int port = PickFreePort();
+  const std::string target = "127.0.0.1:" + std::to_string(port);
+  ChildProcess server(
+      {kEchoServer, "--address=" + target, "--tls_cert_file=" + dir.File("cert.pem"),
+       "--tls_key_file=" + dir.File("key.pem")},
+      dir.File("echo.log"));
+  ASSERT_TRUE(WaitForPort(port, std::chrono::seconds(20))) << server.Log();
+  CommandResult run = RunCommand({kNormctl, "health", "--target=" + target,
+                                  "--tls_ca_file=" + dir.File("cert.pem"), "--timeout_ms=10000"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, "SERVING\n");
+  run = RunCommand({kNormctl, "health", "--target=" + target, "--timeout_ms=3000"});
+  EXPECT_EQ(run.exit_code, 5) << run.out;
+  run = RunCommand({kNormload, "--target=" + target, "--tls_ca_file=" + dir.File("cert.pem"),
+                    "--concurrency=2", "--channels=1", "--warmup_s=0", "--duration_s=0.3",
+                    "--quiet", "--verify", "--mix=rows=1,hidden=64"});
+  EXPECT_EQ(run.exit_code, 0) << run.err << run.out;
+  EXPECT_NE(run.out.find(" 0 mismatches"), std::string::npos) << run.out;
+  EXPECT_EQ(server.Stop(SIGINT, std::chrono::seconds(10)), 0);
 }
 
 TEST(ChannelTest, ServiceConfigCarriesPolicyAndRetries) {
