@@ -211,9 +211,13 @@ class Client:
         done = object()
         requests = queue.Queue()
 
+        stopped = threading.Event()
+
         def produce():
             for index, x in enumerate(inputs):
                 window.acquire()
+                if stopped.is_set():
+                    break
                 requests.put(self.normalize_request(x, request_id=index, **kwargs))
             requests.put(done)
 
@@ -246,8 +250,10 @@ class Client:
         except grpc.RpcError as error:
             raise NormsvcError(error.code(), error.details()) from None
         finally:
+            stopped.set()
+            window.release()  # unblocks a producer waiting for a slot
             responses.cancel()
-        producer.join(timeout=1)
+            producer.join(timeout=5)
 
 
 def _encode_health_request(service):
