@@ -21,7 +21,11 @@ std::size_t ForwardWorkspaceBytes(int segment_count);
 // launch. `host_staging`, if not null, is pinned host memory of at least
 // ForwardWorkspaceBytes(count) used to upload the table asynchronously; it
 // must stay untouched until the stream reaches the launch. If null, the
-// table is copied from pageable memory (synchronous with the host).
+// table is copied from pageable memory (synchronous with the host; not
+// capturable in a CUDA graph). The table is uploaded only when two or more
+// segments share a plan; the workspace is checked then. Segments whose
+// pointers are 16-byte aligned and whose row pitches are multiples of 16
+// bytes use 16-byte accesses (same results either way).
 Status LaunchForward(const ForwardSegment* segments, int count, void* device_workspace,
                      std::size_t workspace_bytes, void* host_staging, cudaStream_t stream);
 
