@@ -133,7 +133,9 @@ class StreamConnection
   void OnDone(const grpc::Status& status) override;
 
  private:
+  // Nothing may be started once the stream has ended or a write failed.
   void StartNextLocked() {
+    if (done_ || broken_) return;
     if (!queue_.empty()) {
       writing_ = true;
       StartWrite(&queue_.front()->stream_request);

@@ -285,7 +285,7 @@ void NormalizeStream::WritesDone() {
 }
 
 void NormalizeStream::StartNextWriteLocked() {
-  if (write_failed_) return;
+  if (write_failed_ || done_) return;  // nothing may start after the stream ended
   if (!pending_.empty()) {
     writing_ = true;
     StartWrite(&pending_.front());
