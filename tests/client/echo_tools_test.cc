@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 
 #include "normsvc/client/channel.h"
 #include "normsvc/client/client.h"
@@ -142,6 +143,23 @@ TEST_F(EchoToolsTest, NormloadCountsMatchTheServerInClosedAndOpenLoop) {
   EXPECT_GT(p50, 0);
   EXPECT_LE(p50, p99);
   EXPECT_LE(p99, Number(c, {"measured", "latency_ms", "max"}));
+}
+
+// A server that dies mid-run: normload still finishes on time, exits 0 and
+// reports the failed requests by code.
+TEST_F(EchoToolsTest, NormloadSurvivesTheServerDying) {
+  ChildProcess load({kNormload, "--target=" + server_->target(), "--concurrency=8", "--channels=2",
+                     "--warmup_s=0.2", "--duration_s=1.5", "--deadline_ms=2000", "--quiet",
+                     "--json=" + dir_.File("dying.json"),
+                     "--mix=rows=2,hidden=256,transport=stream;rows=1,hidden=128"},
+                    dir_.File("dying.log"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  server_->Kill();
+  ASSERT_EQ(load.Wait(std::chrono::seconds(30)), 0) << load.Log();
+  const google::protobuf::Struct json = ParseJson(ReadFile(dir_.File("dying.json")));
+  EXPECT_GT(Number(json, {"totals", "ok"}), 0);
+  EXPECT_GT(Number(json, {"totals", "errors"}), 0);
+  EXPECT_GT(Number(json, {"measured", "errors_by_code", "UNAVAILABLE"}), 0) << load.Log();
 }
 
 TEST_F(EchoToolsTest, NormloadSweepWritesCsvAndPlot) {

@@ -129,6 +129,14 @@ int ChildProcess::Stop(int signal, std::chrono::milliseconds timeout) {
   return status_;
 }
 
+int ChildProcess::Wait(std::chrono::milliseconds timeout) {
+  if (!running()) return status_;
+  int status = 0;
+  if (!WaitFor(pid_, timeout, &status)) return -1;
+  status_ = DecodeStatus(status);
+  return status_;
+}
+
 std::string ChildProcess::Log() const { return ReadFile(log_path_); }
 
 CommandResult RunCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {

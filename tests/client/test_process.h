@@ -42,6 +42,9 @@ class ChildProcess {
   // Sends `signal`, waits up to `timeout`, then SIGKILL. Returns the exit
   // status (or 128 + signal number when killed by a signal).
   int Stop(int signal, std::chrono::milliseconds timeout);
+  // Waits up to `timeout` for the process to exit by itself; its exit
+  // status, or -1 when it is still running.
+  int Wait(std::chrono::milliseconds timeout);
   std::string Log() const;
 
  private:

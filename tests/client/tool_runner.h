@@ -32,6 +32,7 @@ class EchoServer {
   }
   bool ready() const { return ready_; }
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
+  void Kill() { process_->Stop(SIGKILL, std::chrono::seconds(5)); }
   // Stops the server and returns the counts it printed: {normalize, stream}.
   std::pair<int64_t, int64_t> StopAndCount() {
     EXPECT_EQ(process_->Stop(SIGINT, std::chrono::seconds(10)), 0);
