@@ -1,8 +1,9 @@
 // normload's results: the text report, the JSON document and sweep CSV.
 //
 // JSON (schema "normload/v1"), one object per run:
-//   schema, target, mode ("closed"|"open"), concurrency, rate (req/s, open
-//   loop), channels, streams_per_channel, warmup_s, duration_s, deadline_ms,
+//   schema, target, mode ("closed"|"open"), concurrency (closed loop: requests
+//   in flight; open loop: the in-flight cap), rate (req/s, open loop, else
+//   null), channels, streams_per_channel, warmup_s, duration_s, deadline_ms,
 //   seed, echo, verify, server {backend, version}, mix [kind strings],
 //   measured PHASE, warmup PHASE,
 //   totals {ok, errors, by_method {Normalize|NormalizeStream|NormalizeBackward:
