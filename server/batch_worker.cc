@@ -4,8 +4,8 @@
 
 namespace normsvc::server {
 
-void RunBatch(Batcher& batcher, Executor& executor, const DeviceMetrics& metrics, Batch batch,
-              int slot) {
+BatchResult ExecuteBatch(Executor& executor, const DeviceMetrics& metrics, const Batch& batch,
+                         int slot) {
   metrics.batch_rows->Observe(static_cast<double>(batch.rows));
   metrics.batch_requests->Observe(static_cast<double>(batch.tasks.size()));
   metrics.batches_in_flight->Increment();
@@ -21,9 +21,13 @@ void RunBatch(Batcher& batcher, Executor& executor, const DeviceMetrics& metrics
                                         *result.kernel_seconds);
     }
   }
-  if (result.kernel_bytes > 0)
+  if (result.kernel_bytes > 0) {
     metrics.processed_bytes->Increment(static_cast<double>(result.kernel_bytes));
+  }
+  return result;
+}
 
+void FinishBatch(Batcher& batcher, const Executor& executor, Batch batch, BatchResult result) {
   if (result.statuses.size() != batch.tasks.size()) {
     Log(LogLevel::kError, executor.device().label, ": executor returned ", result.statuses.size(),
         " statuses for ", batch.tasks.size(), " tasks");
@@ -35,19 +39,22 @@ void RunBatch(Batcher& batcher, Executor& executor, const DeviceMetrics& metrics
   }
 }
 
+void RunBatch(Batcher& batcher, Executor& executor, const DeviceMetrics& metrics, Batch batch,
+              int slot) {
+  BatchResult result = ExecuteBatch(executor, metrics, batch, slot);
+  FinishBatch(batcher, executor, std::move(batch), std::move(result));
+}
+
 BatchWorker::BatchWorker(Batcher& batcher, Executor& executor, const DeviceMetrics& metrics)
-    : batcher_(batcher), executor_(executor), metrics_(metrics) {}
+    : batcher_(batcher), executor_(executor), metrics_(metrics) {
+  for (int slot = executor_.slots() - 1; slot >= 0; --slot) free_slots_.push_back(slot);
+}
 
 BatchWorker::~BatchWorker() { Join(); }
 
 void BatchWorker::Start() {
-  for (int slot = 0; slot < executor_.slots(); ++slot) {
-    threads_.emplace_back([this, slot] {
-      while (std::optional<Batch> batch = batcher_.WaitForBatch()) {
-        RunBatch(batcher_, executor_, metrics_, *std::move(batch), slot);
-      }
-    });
-  }
+  const int threads = 2 * executor_.slots();
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
 }
 
 void BatchWorker::Join() {
@@ -55,6 +62,34 @@ void BatchWorker::Join() {
     if (thread.joinable()) thread.join();
   }
   threads_.clear();
+}
+
+int BatchWorker::AcquireSlot() {
+  absl::MutexLock lock(&mutex_);
+  while (free_slots_.empty()) slot_freed_.Wait(&mutex_);
+  const int slot = free_slots_.back();
+  free_slots_.pop_back();
+  return slot;
+}
+
+void BatchWorker::ReleaseSlot(int slot) {
+  absl::MutexLock lock(&mutex_);
+  free_slots_.push_back(slot);
+  slot_freed_.Signal();
+}
+
+void BatchWorker::Loop() {
+  while (true) {
+    const int slot = AcquireSlot();
+    std::optional<Batch> batch = batcher_.WaitForBatch();
+    if (!batch) {
+      ReleaseSlot(slot);  // closed and empty: let the other threads see it too
+      return;
+    }
+    BatchResult result = ExecuteBatch(executor_, metrics_, *batch, slot);
+    ReleaseSlot(slot);
+    FinishBatch(batcher_, executor_, *std::move(batch), std::move(result));
+  }
 }
 
 }  // namespace normsvc::server

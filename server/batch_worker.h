@@ -1,22 +1,31 @@
-// Drives one executor: executor.slots() threads, each asking the batcher
-// for a batch whenever its slot is free (so with max_queue_delay 0 a batch
+// Drives one executor. Its device has executor.slots() batch slots (the
+// batches in flight); the worker runs two threads per slot. A thread takes a
+// free slot, then the next closed batch (so with max_queue_delay 0 a batch
 // launches as soon as a slot frees up, holding whatever queued meanwhile),
-// running it, and finishing its tasks. These are the only threads that
-// call Executor::Run; RPC handlers never wait on them.
+// runs it on the slot, gives the slot back, and only then finishes the
+// batch's tasks (sends the replies): the next batch is already on the
+// device while the previous one's replies go out. These are the only
+// threads that call Executor::Run; RPC handlers never wait on them.
 #pragma once
 
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "server/batcher.h"
 #include "server/executor.h"
 #include "server/metrics.h"
 
 namespace normsvc::server {
 
-// Runs `batch` on `slot`, records the batch metrics and finishes every
-// task through the batcher. The worker threads' loop body; tests call it
-// directly with a fake executor.
+// Runs `batch` on `slot` and records the batch metrics; the outputs are
+// written when it returns.
+BatchResult ExecuteBatch(Executor& executor, const DeviceMetrics& metrics, const Batch& batch,
+                         int slot);
+// Finishes every task of `batch` with its status from `result`.
+void FinishBatch(Batcher& batcher, const Executor& executor, Batch batch, BatchResult result);
+// Both, in order: what the worker threads do, and what tests call directly
+// with a fake executor.
 void RunBatch(Batcher& batcher, Executor& executor, const DeviceMetrics& metrics, Batch batch,
               int slot);
 
@@ -26,13 +35,20 @@ class BatchWorker {
   ~BatchWorker();  // Join()
 
   void Start();
-  // Returns once the batcher is closed and empty and every slot is idle.
+  // Returns once the batcher is closed and empty and every thread is idle.
   void Join();
 
  private:
+  int AcquireSlot();
+  void ReleaseSlot(int slot);
+  void Loop();
+
   Batcher& batcher_;
   Executor& executor_;
   const DeviceMetrics& metrics_;
+  absl::Mutex mutex_;
+  absl::CondVar slot_freed_;
+  std::vector<int> free_slots_ ABSL_GUARDED_BY(mutex_);
   std::vector<std::thread> threads_;
 };
 

@@ -1,5 +1,10 @@
 #include "server/server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -30,6 +35,18 @@ namespace normsvc::server {
 namespace {
 
 constexpr char kServiceName[] = "normsvc.v1.Normalizer";
+
+// Opens and closes a TCP connection to 127.0.0.1:`port`; errors are ignored.
+void ConnectAndClose(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  close(fd);
+}
 
 v1::GetServerInfoResponse MakeServerInfo(const ServerOptions& o, const std::string& backend,
                                          ExecutorPool& pool) {
@@ -280,7 +297,16 @@ bool Server::Stop() {
   if (control_ != nullptr) control_->Stop();
   // 7. The metrics endpoint; executors (device memory, streams) are released
   //    with the pool when the Server is destroyed.
-  exposer_.reset();
+  if (exposer_ != nullptr) {
+    // The endpoint's listener thread notices a stop request only between
+    // polls of up to 2 s; a connection made after the request wakes it.
+    std::thread waker([port = metrics_port_] {
+      absl::SleepFor(absl::Milliseconds(20));
+      ConnectAndClose(port);
+    });
+    exposer_.reset();
+    waker.join();
+  }
   if (grpc_server_ != nullptr) Log(LogLevel::kInfo, "stopped", drained ? "" : " (drain timed out)");
   return drained;
 }

@@ -40,7 +40,7 @@ class GpuExecutorTest : public ::testing::Test {
     GpuExecutorOptions options;
     options.device = 0;
     options.slots = 2;
-    options.staging_bytes = 1 << 20;  // small, so larger requests run in row chunks
+    options.staging_bytes = 4 << 20;  // small, so larger requests run in row chunks
     options.max_batch_tasks = 256;
     absl::StatusOr<std::unique_ptr<Executor>> executor = CreateGpuExecutor(options);
     ASSERT_TRUE(executor.ok()) << executor.status();
@@ -109,6 +109,7 @@ class GpuExecutorTest : public ::testing::Test {
 TEST_F(GpuExecutorTest, MixedForwardBatchMatchesTheOracle) {
   std::mt19937_64 rng(TestSeed() + 40);
   Prepared p = MixedBatch(rng, 30);
+  ASSERT_LE(p.batch.staging_bytes, executor_->max_batch_staging_bytes());  // one round
   const BatchResult result = executor_->Run(p.batch, 0);
   ExpectAllCorrect(p, result);
   ASSERT_TRUE(result.kernel_seconds && result.h2d_seconds && result.d2h_seconds);
@@ -119,7 +120,7 @@ TEST_F(GpuExecutorTest, MixedForwardBatchMatchesTheOracle) {
 TEST_F(GpuExecutorTest, RequestsLargerThanTheStagingBufferRunInRowChunks) {
   std::mt19937_64 rng(TestSeed() + 41);
   ForwardCase c;
-  c.shape = {300, 4096};  // 4.7 MiB in, more out: several rounds of 1 MiB
+  c.shape = {300, 4096};  // 9.4 MiB in, as much out: several rounds of 4 MiB
   c.residual = c.return_residual_sum = c.return_statistics = true;
   c.inline_gamma = c.inline_beta = true;
   Prepared p;
