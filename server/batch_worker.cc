@@ -27,12 +27,17 @@ BatchResult ExecuteBatch(Executor& executor, const DeviceMetrics& metrics, const
   return result;
 }
 
-void FinishBatch(Batcher& batcher, const Executor& executor, Batch batch, BatchResult result) {
+void FinishBatch(Batcher& batcher, const Executor& executor, Batch batch, BatchResult result,
+                 ReplyPool* replies) {
   if (result.statuses.size() != batch.tasks.size()) {
     Log(LogLevel::kError, executor.device().label, ": executor returned ", result.statuses.size(),
         " statuses for ", batch.tasks.size(), " tasks");
     result.statuses.assign(batch.tasks.size(),
                            absl::InternalError("executor returned a malformed result"));
+  }
+  if (replies != nullptr) {
+    replies->FinishAll(batcher, std::move(batch.tasks), std::move(result.statuses));
+    return;
   }
   for (size_t i = 0; i < batch.tasks.size(); ++i) {
     batcher.Finish(std::move(batch.tasks[i]), result.statuses[i]);
@@ -45,8 +50,9 @@ void RunBatch(Batcher& batcher, Executor& executor, const DeviceMetrics& metrics
   FinishBatch(batcher, executor, std::move(batch), std::move(result));
 }
 
-BatchWorker::BatchWorker(Batcher& batcher, Executor& executor, const DeviceMetrics& metrics)
-    : batcher_(batcher), executor_(executor), metrics_(metrics) {
+BatchWorker::BatchWorker(Batcher& batcher, Executor& executor, const DeviceMetrics& metrics,
+                         ReplyPool* replies)
+    : batcher_(batcher), executor_(executor), metrics_(metrics), replies_(replies) {
   for (int slot = executor_.slots() - 1; slot >= 0; --slot) free_slots_.push_back(slot);
 }
 
@@ -88,7 +94,7 @@ void BatchWorker::Loop() {
     }
     BatchResult result = ExecuteBatch(executor_, metrics_, *batch, slot);
     ReleaseSlot(slot);
-    FinishBatch(batcher_, executor_, *std::move(batch), std::move(result));
+    FinishBatch(batcher_, executor_, *std::move(batch), std::move(result), replies_);
   }
 }
 

@@ -3,8 +3,8 @@
 // free slot, then the next closed batch (so with max_queue_delay 0 a batch
 // launches as soon as a slot frees up, holding whatever queued meanwhile),
 // runs it on the slot, gives the slot back, and only then finishes the
-// batch's tasks (sends the replies): the next batch is already on the
-// device while the previous one's replies go out. These are the only
+// batch's tasks (sends the replies, with the ReplyPool's help): the next
+// batch is already on the device while the previous one's replies go out. These are the only
 // threads that call Executor::Run; RPC handlers never wait on them.
 #pragma once
 
@@ -15,6 +15,7 @@
 #include "server/batcher.h"
 #include "server/executor.h"
 #include "server/metrics.h"
+#include "server/reply_pool.h"
 
 namespace normsvc::server {
 
@@ -22,8 +23,10 @@ namespace normsvc::server {
 // written when it returns.
 BatchResult ExecuteBatch(Executor& executor, const DeviceMetrics& metrics, const Batch& batch,
                          int slot);
-// Finishes every task of `batch` with its status from `result`.
-void FinishBatch(Batcher& batcher, const Executor& executor, Batch batch, BatchResult result);
+// Finishes every task of `batch` with its status from `result`, in
+// parallel through `replies` when given.
+void FinishBatch(Batcher& batcher, const Executor& executor, Batch batch, BatchResult result,
+                 ReplyPool* replies = nullptr);
 // Both, in order: what the worker threads do, and what tests call directly
 // with a fake executor.
 void RunBatch(Batcher& batcher, Executor& executor, const DeviceMetrics& metrics, Batch batch,
@@ -31,7 +34,9 @@ void RunBatch(Batcher& batcher, Executor& executor, const DeviceMetrics& metrics
 
 class BatchWorker {
  public:
-  BatchWorker(Batcher& batcher, Executor& executor, const DeviceMetrics& metrics);
+  // `replies` (shared by the server's workers) may be null.
+  BatchWorker(Batcher& batcher, Executor& executor, const DeviceMetrics& metrics,
+              ReplyPool* replies);
   ~BatchWorker();  // Join()
 
   void Start();
@@ -46,6 +51,7 @@ class BatchWorker {
   Batcher& batcher_;
   Executor& executor_;
   const DeviceMetrics& metrics_;
+  ReplyPool* const replies_;
   absl::Mutex mutex_;
   absl::CondVar slot_freed_;
   std::vector<int> free_slots_ ABSL_GUARDED_BY(mutex_);

@@ -1,20 +1,31 @@
 #include "server/executor_pool.h"
 
+#include <algorithm>
 #include <limits>
+#include <thread>
 
 namespace normsvc::server {
+namespace {
+
+// Threads that send replies alongside the batch workers: a quarter of the
+// machine's, between 2 and 8.
+int ReplyThreads() {
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 2, 8);
+}
+
+}  // namespace
 
 ExecutorPool::ExecutorPool(std::vector<std::unique_ptr<Executor>> executors,
                            const BatcherOptions& batching, MemoryBudget* budget,
                            ServiceMetrics& metrics)
-    : executors_(std::move(executors)) {
+    : executors_(std::move(executors)), replies_(ReplyThreads()) {
   for (int i = 0; i < size(); ++i) {
     BatcherOptions options = batching;
     options.max_batch_staging_bytes = executors_[i]->max_batch_staging_bytes();
     batchers_.push_back(
         std::make_unique<Batcher>(options, budget, metrics.device(i), metrics.rejections()));
     workers_.push_back(
-        std::make_unique<BatchWorker>(*batchers_[i], *executors_[i], metrics.device(i)));
+        std::make_unique<BatchWorker>(*batchers_[i], *executors_[i], metrics.device(i), &replies_));
   }
 }
 
@@ -55,6 +66,7 @@ void ExecutorPool::Close() {
 
 void ExecutorPool::Join() {
   for (auto& worker : workers_) worker->Join();
+  replies_.Stop();
 }
 
 std::vector<Executor*> ExecutorPool::executor_pointers() const {

@@ -12,6 +12,7 @@
 #include "server/executor.h"
 #include "server/memory_budget.h"
 #include "server/metrics.h"
+#include "server/reply_pool.h"
 
 namespace normsvc::server {
 
@@ -40,6 +41,7 @@ class ExecutorPool {
 
  private:
   std::vector<std::unique_ptr<Executor>> executors_;
+  ReplyPool replies_;  // before the workers: they use it until joined
   std::vector<std::unique_ptr<Batcher>> batchers_;
   std::vector<std::unique_ptr<BatchWorker>> workers_;
   std::atomic<uint32_t> rotation_{0};

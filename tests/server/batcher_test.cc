@@ -11,6 +11,7 @@
 #include "server/batch_worker.h"
 #include "server/memory_budget.h"
 #include "server/metrics.h"
+#include "server/reply_pool.h"
 
 namespace normsvc::server {
 namespace {
@@ -366,6 +367,30 @@ TEST_F(BatcherTest, RunBatchDeliversPerTaskStatusesAndRecordsTheBatch) {
   EXPECT_NEAR(Sum(m.kernel_bandwidth), 6 * 32 / 1e-3, 1e-6);
   EXPECT_EQ(m.batches_in_flight->Value(), 0);
   EXPECT_EQ(budget_.used(), 0);
+}
+
+TEST_F(BatcherTest, ReplyPoolFinishesEveryTaskOnceWithItsOwnStatus) {
+  for (int threads : {0, 3}) {
+    SCOPED_TRACE(threads);
+    sinks_.clear();
+    auto batcher = MakeBatcher({});
+    ReplyPool pool(threads);
+    for (int i = 0; i < 50; ++i) Schedule(*batcher, MakeTask(1 + i % 3));
+    std::optional<Batch> batch = batcher->TryTakeBatch();
+    ASSERT_TRUE(batch);
+    ASSERT_EQ(batch->tasks.size(), 50u);
+    std::vector<absl::Status> statuses;
+    for (int i = 0; i < 50; ++i) {
+      statuses.push_back(i % 7 == 3 ? absl::InternalError(std::to_string(i)) : absl::OkStatus());
+    }
+    pool.FinishAll(*batcher, std::move(batch->tasks), statuses);
+    pool.Stop();  // whatever pool threads had taken is finished now
+    for (int i = 0; i < 50; ++i) {
+      ASSERT_EQ(sinks_[i].calls, 1) << i;
+      EXPECT_EQ(*sinks_[i].result, statuses[i]) << i;
+    }
+    EXPECT_EQ(budget_.used(), 0);
+  }
 }
 
 }  // namespace
