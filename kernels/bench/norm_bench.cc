@@ -1,7 +1,7 @@
 // norm_bench: bandwidth of the LayerNorm/RMSNorm kernels against a
 // device-to-device copy of the same bytes, measured in the same run.
 //
-//   norm_bench [--json PATH] [--iterations N] [--quick]
+//   norm_bench [--json PATH] [--iterations N] [--quick] [--forward-only]
 //
 // Large shapes: median of CUDA-event timings over N launches rotating among
 // 3 buffer sets of >= 64 MB each (the H200's L2 is 60 MB). GB/s counts the
@@ -264,6 +264,7 @@ int main(int argc, char** argv) {
   const char* json = nullptr;
   int iterations = 30;
   bool quick = false;
+  bool forward_only = false;  // skip the backward shapes
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
       json = argv[++i];
@@ -271,6 +272,8 @@ int main(int argc, char** argv) {
       iterations = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick"))
       quick = true;
+    else if (!std::strcmp(argv[i], "--forward-only"))
+      forward_only = true;
   }
   cudaDeviceProp prop;
   Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -286,6 +289,7 @@ int main(int argc, char** argv) {
     const Pool pool = MakePool(dtype);
     for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
       for (int64_t h : hiddens) records.push_back(Forward(op, dtype, h, pool, iterations, stream));
+      if (forward_only) continue;
       for (int64_t h : hiddens) records.push_back(Backward(op, dtype, h, pool, iterations, stream));
     }
     if (dtype == DType::kBF16) {

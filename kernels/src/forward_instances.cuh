@@ -2,11 +2,13 @@
 // of (layout, slots) pairs here is exactly what PlanForward produces.
 #pragma once
 
+#include "forward_fast_kernel.cuh"
 #include "forward_kernel.cuh"
 #include "kernel_registry.h"
 
 namespace normsvc::kernels::detail {
 
+// The general kernels: any output dtype, any alignment.
 template <typename T>
 ForwardKernel ForwardKernelFor(const KernelPlan& plan) {
   constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
@@ -24,6 +26,20 @@ ForwardKernel ForwardKernelFor(const KernelPlan& plan) {
     case Layout::kStreamed:
       return ForwardStreamedKernel<T>;
   }
+  return nullptr;
+}
+
+// The specialized kernels (see UsesFastForward in kernel_registry.h), with
+// gamma/beta in dtype P.
+template <typename T, typename P>
+ForwardKernel FastForwardKernelFor(const KernelPlan& plan) {
+  constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
+  if (plan.layout == Layout::kVector && plan.width == kVectorWidth) {
+    if (plan.slots == 1) return ForwardFastKernel<T, P, 1, kVectorWidth>;
+    if (plan.slots == 2) return ForwardFastKernel<T, P, 2, kVectorWidth>;
+    if (plan.slots == 4) return ForwardFastKernel<T, P, 4, kVectorWidth>;
+  }
+  if (plan.layout == Layout::kStrided && plan.slots == 16) return ForwardFastKernel<T, P, 16, 1>;
   return nullptr;
 }
 

@@ -72,28 +72,41 @@ __device__ __forceinline__ Pack<T, W> LoadInput(const RowPointers<T>& r, int64_t
   return v;
 }
 
+// The arithmetic every forward path shares, written with explicit
+// round-to-nearest intrinsics so that no path lets the compiler contract a
+// different pair of operations into an FMA: the specialized kernel
+// (forward_fast_kernel.cuh) and this general one give the same bits for the
+// same row, which keeps aligned and misaligned copies of a row identical.
+__device__ __forceinline__ float NormalizedValue(float value, const RowStats& stats,
+                                                 bool layer_norm) {
+  return layer_norm
+             ? __fmul_rn(__fsub_rn(__fsub_rn(value, stats.mean_hi), stats.mean_lo), stats.rstd)
+             : __fmul_rn(value, stats.rstd);
+}
+
+// y * gamma + beta with one rounding when both are present.
+__device__ __forceinline__ float ApplyAffine(float y, float g, float b, bool has_gamma,
+                                             bool has_beta) {
+  if (has_gamma && has_beta) return __fmaf_rn(y, g, b);
+  if (has_gamma) return __fmul_rn(y, g);
+  if (has_beta) return __fadd_rn(y, b);
+  return y;
+}
+
 // Normalizes the chunk at element `index` and writes it to out.
 template <typename T, int W>
 __device__ __forceinline__ void WriteOutput(const RowPointers<T>& r, int64_t index,
                                             const Pack<T, W>& v, const RowStats& stats,
                                             bool layer_norm, bool vectorized) {
+  float g[W] = {};
+  float b[W] = {};
+  if (r.gamma != nullptr) LoadParams<T, W>(r.gamma, r.param_dtype, index, vectorized, g);
+  if (r.beta != nullptr) LoadParams<T, W>(r.beta, r.param_dtype, index, vectorized, b);
   float y[W];
 #pragma unroll
   for (int j = 0; j < W; ++j) {
-    const float value = ToFloat(v.e[j]);
-    y[j] = layer_norm ? ((value - stats.mean_hi) - stats.mean_lo) * stats.rstd : value * stats.rstd;
-  }
-  if (r.gamma != nullptr) {
-    float g[W];
-    LoadParams<T, W>(r.gamma, r.param_dtype, index, vectorized, g);
-#pragma unroll
-    for (int j = 0; j < W; ++j) y[j] *= g[j];
-  }
-  if (r.beta != nullptr) {
-    float b[W];
-    LoadParams<T, W>(r.beta, r.param_dtype, index, vectorized, b);
-#pragma unroll
-    for (int j = 0; j < W; ++j) y[j] += b[j];
+    y[j] = ApplyAffine(NormalizedValue(ToFloat(v.e[j]), stats, layer_norm), g[j], b[j],
+                       r.gamma != nullptr, r.beta != nullptr);
   }
   StoreOutput<W>(r.out, r.out_dtype, index, y, vectorized);
 }
@@ -104,23 +117,15 @@ __device__ __forceinline__ void WriteOutputCached(const RowPointers<T>& r, int64
                                                   const Pack<T, W>& v, const RowStats& stats,
                                                   bool layer_norm, bool vectorized,
                                                   const ParamCache& cache, int k) {
+  float g[W] = {};
+  float b[W] = {};
+  if (r.gamma != nullptr) ReadCachedParams<T, W>(cache, k, 0, g);
+  if (r.beta != nullptr) ReadCachedParams<T, W>(cache, k, 1, b);
   float y[W];
 #pragma unroll
   for (int j = 0; j < W; ++j) {
-    const float value = ToFloat(v.e[j]);
-    y[j] = layer_norm ? ((value - stats.mean_hi) - stats.mean_lo) * stats.rstd : value * stats.rstd;
-  }
-  if (r.gamma != nullptr) {
-    float g[W];
-    ReadCachedParams<T, W>(cache, k, 0, g);
-#pragma unroll
-    for (int j = 0; j < W; ++j) y[j] *= g[j];
-  }
-  if (r.beta != nullptr) {
-    float b[W];
-    ReadCachedParams<T, W>(cache, k, 1, b);
-#pragma unroll
-    for (int j = 0; j < W; ++j) y[j] += b[j];
+    y[j] = ApplyAffine(NormalizedValue(ToFloat(v.e[j]), stats, layer_norm), g[j], b[j],
+                       r.gamma != nullptr, r.beta != nullptr);
   }
   StoreOutput<W>(r.out, r.out_dtype, index, y, vectorized);
 }
@@ -156,7 +161,7 @@ __device__ __forceinline__ RowStats RowStatistics(const Pack<T, W> (&v)[V], int 
   RowSum<2>(moments, team, scratch, first_slot + 1);
   if (layer_norm) {
     stats.mean_lo = moments[0] / h;
-    stats.rstd = RstdFromVariance(moments[1] / h - stats.mean_lo * stats.mean_lo, epsilon);
+    stats.rstd = RstdFromVariance(LayerNormVariance(moments[1], stats.mean_lo, h), epsilon);
   } else {
     stats.rstd = RstdFromVariance(moments[1] / h, epsilon);
   }
@@ -306,7 +311,7 @@ __global__ void __launch_bounds__(1024)
   RowSum<2>(moments, team, scratch, 1);
   if (layer_norm) {
     stats.mean_lo = moments[0] / h;
-    stats.rstd = RstdFromVariance(moments[1] / h - stats.mean_lo * stats.mean_lo, s.epsilon);
+    stats.rstd = RstdFromVariance(LayerNormVariance(moments[1], stats.mean_lo, h), s.epsilon);
   } else {
     stats.rstd = RstdFromVariance(moments[1] / h, s.epsilon);
   }

@@ -15,14 +15,15 @@
 namespace normsvc::kernels {
 namespace detail {
 
-ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan) {
+ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, bool fast,
+                                DType param_dtype) {
   switch (x_dtype) {
     case DType::kF32:
-      return FindForwardKernelF32(plan);
+      return fast ? FindFastForwardKernelF32(plan, param_dtype) : FindForwardKernelF32(plan);
     case DType::kF16:
-      return FindForwardKernelF16(plan);
+      return fast ? FindFastForwardKernelF16(plan, param_dtype) : FindForwardKernelF16(plan);
     case DType::kBF16:
-      return FindForwardKernelBF16(plan);
+      return fast ? FindFastForwardKernelBF16(plan, param_dtype) : FindForwardKernelBF16(plan);
   }
   return nullptr;
 }
@@ -41,7 +42,7 @@ constexpr std::size_t kTableEntryBytes = sizeof(DeviceSegment) + sizeof(int64_t)
 // Everything that selects a kernel and its launch shape, and the op (rows of
 // one block must take the same reduction steps), packed into one integer;
 // segments with equal keys share one launch.
-uint64_t PackedKey(const ForwardSegment& s, const KernelPlan& plan) {
+uint64_t PackedKey(const ForwardSegment& s, const KernelPlan& plan, bool fast) {
   uint64_t key = static_cast<uint64_t>(s.x_dtype);
   key = key * 2 + static_cast<uint64_t>(s.op);
   key = key * 4 + static_cast<uint64_t>(plan.layout);
@@ -51,7 +52,24 @@ uint64_t PackedKey(const ForwardSegment& s, const KernelPlan& plan) {
   key = key * 16 + static_cast<uint64_t>(plan.cluster);
   key = key * 2048 + static_cast<uint64_t>(plan.block_threads);
   key = key * 4 + static_cast<uint64_t>(s.param_dtype);  // sizes the parameter cache
+  key = key * 2 + (fast ? 1 : 0);
   return key;
+}
+
+// Whether every pointer and row pitch of the segment allows 16-byte chunk
+// accesses in the plan's layout (only the vector layout uses them).
+bool Vectorized(const ForwardSegment& s, const KernelPlan& plan) {
+  return plan.layout == Layout::kVector &&
+         detail::AllowsVectors(s.x, s.rows, s.x_row_stride, s.x_dtype) &&
+         detail::AllowsVectors(s.residual, s.rows, s.residual_row_stride, s.x_dtype) &&
+         detail::AllowsVectors(s.residual_out, s.rows, s.residual_out_row_stride, s.x_dtype) &&
+         detail::AllowsVectors(s.out, s.rows, s.out_row_stride, s.out_dtype) &&
+         detail::AllowsVectors(s.gamma, 1, 0, s.param_dtype) &&
+         detail::AllowsVectors(s.beta, 1, 0, s.param_dtype);
+}
+
+bool UsesFast(const ForwardSegment& s, const KernelPlan& plan) {
+  return detail::UsesFastForward(plan, s.x_dtype, s.out_dtype, Vectorized(s, plan));
 }
 
 DeviceSegment ToDevice(const ForwardSegment& s, const KernelPlan& plan, int64_t first_row) {
@@ -74,15 +92,7 @@ DeviceSegment ToDevice(const ForwardSegment& s, const KernelPlan& plan, int64_t 
   d.op = static_cast<uint8_t>(s.op);
   d.out_dtype = static_cast<uint8_t>(s.out_dtype);
   d.param_dtype = static_cast<uint8_t>(s.param_dtype);
-  const bool vectorized =
-      plan.layout == Layout::kVector &&
-      detail::AllowsVectors(s.x, s.rows, s.x_row_stride, s.x_dtype) &&
-      detail::AllowsVectors(s.residual, s.rows, s.residual_row_stride, s.x_dtype) &&
-      detail::AllowsVectors(s.residual_out, s.rows, s.residual_out_row_stride, s.x_dtype) &&
-      detail::AllowsVectors(s.out, s.rows, s.out_row_stride, s.out_dtype) &&
-      detail::AllowsVectors(s.gamma, 1, 0, s.param_dtype) &&
-      detail::AllowsVectors(s.beta, 1, 0, s.param_dtype);
-  d.vectorized = vectorized ? 1 : 0;
+  d.vectorized = Vectorized(s, plan) ? 1 : 0;
   return d;
 }
 
@@ -90,9 +100,9 @@ DeviceSegment ToDevice(const ForwardSegment& s, const KernelPlan& plan, int64_t 
 // looping over its rows (a row's arithmetic does not depend on which block
 // or iteration handles it), with a per-thread gamma/beta cache in dynamic
 // shared memory. The streamed kernel takes one block per row.
-Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan,
+Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, bool fast,
                       const ForwardParams& params, cudaStream_t stream) {
-  const detail::ForwardKernel kernel = detail::FindForwardKernel(x_dtype, plan);
+  const detail::ForwardKernel kernel = detail::FindForwardKernel(x_dtype, plan, fast, param_dtype);
   if (kernel == nullptr) return Status(Code::kInternal, "no forward kernel for this plan");
   if (plan.layout == Layout::kStreamed) {
     return detail::LaunchWithPlan(kernel, plan, params.total_rows, 0, params, stream);
@@ -122,10 +132,12 @@ Status LaunchForwardSegment(const ForwardSegment& segment, cudaStream_t stream) 
   const KernelPlan plan = detail::PlanForward(segment.hidden, segment.x_dtype);
   ForwardParams params = {};
   params.segment_count = 1;
+  params.op = static_cast<uint8_t>(segment.op);
   params.shape = detail::ShapeOf(plan);
   params.total_rows = segment.rows;
   params.single = ToDevice(segment, plan, 0);
-  return LaunchOneGroup(segment.x_dtype, segment.param_dtype, plan, params, stream);
+  return LaunchOneGroup(segment.x_dtype, segment.param_dtype, plan, UsesFast(segment, plan), params,
+                        stream);
 }
 
 Status LaunchForward(const ForwardSegment* segments, int count, void* device_workspace,
@@ -143,13 +155,15 @@ Status LaunchForward(const ForwardSegment* segments, int count, void* device_wor
     uint64_t key;  // PlanKey packed: entries of one launch are adjacent once sorted
     int index;
     KernelPlan plan;
+    bool fast;  // the specialized kernel (part of the key)
   };
   std::vector<Entry> entries;
   entries.reserve(count);
   for (int i = 0; i < count; ++i) {
     if (segments[i].rows == 0) continue;
     const KernelPlan plan = detail::PlanForward(segments[i].hidden, segments[i].x_dtype);
-    entries.push_back({PackedKey(segments[i], plan), i, plan});
+    const bool fast = UsesFast(segments[i], plan);
+    entries.push_back({PackedKey(segments[i], plan, fast), i, plan, fast});
   }
   if (entries.empty()) return Status::Ok();
   // A batch of one configuration (the common case) is already in order.
@@ -199,6 +213,7 @@ Status LaunchForward(const ForwardSegment* segments, int count, void* device_wor
     ForwardParams params = {};
     const KernelPlan& plan = entries[start].plan;
     params.shape = detail::ShapeOf(plan);
+    params.op = static_cast<uint8_t>(segments[entries[start].index].op);
     params.segment_count = static_cast<int32_t>(end - start);
     int64_t rows = 0;
     for (std::size_t e = start; e < end; ++e) {
@@ -231,7 +246,7 @@ Status LaunchForward(const ForwardSegment* segments, int count, void* device_wor
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const Entry& first = entries[groups[g].first];
     if (Status st = LaunchOneGroup(segments[first.index].x_dtype, segments[first.index].param_dtype,
-                                   first.plan, launches[g], stream);
+                                   first.plan, first.fast, launches[g], stream);
         !st.ok()) {
       return st;
     }

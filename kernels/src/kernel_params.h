@@ -44,6 +44,7 @@ struct ForwardParams {
   const DeviceSegment* table;
   const int64_t* first_rows;
   int32_t segment_count;
+  uint8_t op;  // NormOp of every segment (segments of one launch share it)
   RowShape shape;
   int64_t total_rows;
   DeviceSegment single;

@@ -12,14 +12,30 @@ namespace normsvc::kernels::detail {
 using ForwardKernel = void (*)(ForwardParams);
 using BackwardKernel = void (*)(BackwardParams);
 
+// Whether a forward segment takes the specialized kernel (ForwardFastKernel):
+// output in the x dtype, and either the vector layout with 16-byte accesses
+// allowed (`vectorized`) or the 16-slot strided layout. A function of the
+// plan, the dtypes and the alignment only; both kernels give the same bits.
+inline bool UsesFastForward(const KernelPlan& plan, DType x_dtype, DType out_dtype,
+                            bool vectorized) {
+  if (out_dtype != x_dtype) return false;
+  if (plan.layout == Layout::kVector) return vectorized;
+  return plan.layout == Layout::kStrided && plan.slots == 16;
+}
+
 // Null when no instantiation matches the plan (a planning bug: the launcher
-// reports kInternal).
-ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan);
+// reports kInternal). `fast`: the specialized kernel, gamma/beta in
+// `param_dtype`; otherwise the general one.
+ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, bool fast,
+                                DType param_dtype);
 BackwardKernel FindBackwardKernel(DType x_dtype, const KernelPlan& plan);
 
 ForwardKernel FindForwardKernelF32(const KernelPlan& plan);
 ForwardKernel FindForwardKernelF16(const KernelPlan& plan);
 ForwardKernel FindForwardKernelBF16(const KernelPlan& plan);
+ForwardKernel FindFastForwardKernelF32(const KernelPlan& plan, DType param_dtype);
+ForwardKernel FindFastForwardKernelF16(const KernelPlan& plan, DType param_dtype);
+ForwardKernel FindFastForwardKernelBF16(const KernelPlan& plan, DType param_dtype);
 BackwardKernel FindBackwardKernelF32(const KernelPlan& plan);
 BackwardKernel FindBackwardKernelF16(const KernelPlan& plan);
 BackwardKernel FindBackwardKernelBF16(const KernelPlan& plan);

@@ -133,6 +133,12 @@ struct RowStats {
   float rstd = 0.0f;
 };
 
+// LayerNorm's variance from the second pass: sum(d^2)/H - mean_lo^2, with
+// one rounding (an explicit FMA: the same bits in every kernel that uses it).
+__device__ __forceinline__ float LayerNormVariance(float sum_squares, float mean_lo, float h) {
+  return __fmaf_rn(-mean_lo, mean_lo, __fdiv_rn(sum_squares, h));
+}
+
 __device__ __forceinline__ float RstdFromVariance(float variance, float epsilon) {
   // A negative rounding residue becomes 0; NaN stays NaN (no fmaxf).
   variance = variance < 0.0f ? 0.0f : variance;

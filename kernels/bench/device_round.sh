@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: the kernel GPU tests, then (only if they all
+# pass) norm_bench next to PyTorch through compare_torch.py. Run from the
+# repository root there, after building here and bundling the kernel targets:
+#   cmake --build build-gpu -j2 --target kernels_gpu_test norm_bench
+#   ../shared/gpu/bundle.sh build-gpu .gpu   (without server/client binaries)
+#
+#   kernels/bench/device_round.sh OUT_DIR [norm_bench arguments, e.g. --forward-only]
+#
+# Writes device.txt, kernels_gpu_test.log, bench.log, round.json and
+# round.norm_bench.json under OUT_DIR. Stages are time-boxed (tests 170 s,
+# benchmark 110 s) so the whole call stays under 300 s.
+set -uo pipefail
+out=${1:?usage: device_round.sh OUT_DIR [norm_bench arguments]}
+shift
+mkdir -p "$out"
+lib=$PWD/.gpu/lib
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$out/device.txt" 2>&1
+LD_LIBRARY_PATH=$lib timeout 170 .gpu/bin/tests/kernels/kernels_gpu_test >"$out/kernels_gpu_test.log" 2>&1
+rc=$?
+grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests? ran' "$out/kernels_gpu_test.log" | tail -n 30
+if [ "$rc" -ne 0 ]; then
+  tail -n 40 "$out/kernels_gpu_test.log"
+  echo "kernels_gpu_test failed (exit $rc): benchmark not run"
+  exit "$rc"
+fi
+PYTHONUNBUFFERED=1 timeout 110 python3 kernels/bench/compare_torch.py \
+  --bench .gpu/bin/kernels/bench/norm_bench --lib "$lib" --out "$out/round.json" \
+  --bench-args "$*" 2>&1 | tee "$out/bench.log" | tail -n 60
