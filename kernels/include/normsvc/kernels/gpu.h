@@ -40,7 +40,7 @@ std::size_t BackwardWorkspaceBytes(int64_t rows, int64_t hidden);
 
 // Backward of one tensor. dgamma/dbeta are reduced in two deterministic
 // stages (per-block fp32 partials, then a column reduction): no atomics.
-Status LaunchBackward(const BackwardArgs& args, void* device_workspace,
-                      std::size_t workspace_bytes, cudaStream_t stream);
+Status LaunchBackward(const BackwardArgs& args, void* device_workspace, std::size_t workspace_bytes,
+                      cudaStream_t stream);
 
 }  // namespace normsvc::kernels
