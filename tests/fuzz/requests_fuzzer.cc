@@ -1,0 +1,309 @@
+// libFuzzer target: untrusted bytes -> a normsvc.v1 request -> the server's
+// edge validation, as the RPC handlers run it.
+//
+// Input: the first byte picks the message (0: NormalizeRequest,
+// 1: NormalizeBackwardRequest, 2: RegisterParametersRequest; taken mod 3),
+// the rest is its wire encoding. Besides crashes and sanitizer reports, the
+// target checks the validation contract: whatever passes is a plan whose
+// views lie inside the request and whose sizes agree with shape and dtype
+// (every byte of every view is read, so ASan sees a view that overruns).
+//
+// Seed corpus: NORMSVC_FUZZ_WRITE_SEEDS=<dir> ./fuzz_requests writes valid
+// requests of every kind into <dir> and exits.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "google/protobuf/stubs/logging.h"
+#include "normsvc/v1/normalizer.pb.h"
+#include "server/cpu_executor.h"
+#include "server/parameter_store.h"
+#include "server/validation.h"
+
+namespace {
+
+namespace v1 = ::normsvc::v1;
+namespace kernels = ::normsvc::kernels;
+using normsvc::server::BackwardPlan;
+using normsvc::server::CpuExecutor;
+using normsvc::server::CpuExecutorOptions;
+using normsvc::server::ForwardPlan;
+using normsvc::server::ParameterLimits;
+using normsvc::server::ParameterStore;
+using normsvc::server::ParameterViews;
+using normsvc::server::RegisterPlan;
+using normsvc::server::RequestLimits;
+using normsvc::server::TensorView;
+
+void Require(bool condition, const char* what) {
+  if (!condition) {
+    std::fprintf(stderr, "validation contract broken: %s\n", what);
+    std::abort();
+  }
+}
+
+// Reads every byte of [data, data + bytes) so that ASan reports a view that
+// reaches past what the request holds.
+void TouchBytes(const void* data, int64_t bytes) {
+  Require(bytes >= 0, "negative view size");
+  if (bytes == 0) return;
+  Require(data != nullptr, "null view with a nonzero size");
+  const volatile unsigned char* p = static_cast<const unsigned char*>(data);
+  unsigned sum = 0;
+  for (int64_t i = 0; i < bytes; ++i) sum += p[i];
+  (void)sum;
+}
+
+int64_t Size(kernels::DType dtype) { return static_cast<int64_t>(kernels::DTypeSize(dtype)); }
+
+struct Fixture {
+  RequestLimits limits;
+  std::unique_ptr<CpuExecutor> executor;
+  std::unique_ptr<ParameterStore> store;
+};
+
+// Registered sets the requests may name: "ln" (FP32 gamma+beta, H=8),
+// "rms" (BF16 gamma, H=16), "half" (FP16 gamma+beta, H=4).
+void RegisterSets(ParameterStore& store) {
+  struct Set {
+    const char* name;
+    int64_t hidden;
+    kernels::DType dtype;
+    bool beta;
+  };
+  for (const Set& set :
+       {Set{"ln", 8, kernels::DType::kF32, true}, Set{"rms", 16, kernels::DType::kBF16, false},
+        Set{"half", 4, kernels::DType::kF16, true}}) {
+    const std::string gamma(static_cast<size_t>(set.hidden * Size(set.dtype)), '\x3c');
+    const std::string beta = set.beta ? std::string(gamma.size(), '\x01') : std::string();
+    if (!store.Register(set.name, set.hidden, set.dtype, gamma, beta, false).ok()) std::abort();
+  }
+}
+
+Fixture& GetFixture() {
+  static Fixture* fixture = [] {
+    auto* f = new Fixture;
+    // Small limits so that the "beyond the limit" paths are reachable with
+    // small inputs; the defaults are checked by the tests.
+    f->limits.max_hidden_size = 4096;
+    f->limits.max_request_rows = 4096;
+    f->limits.max_request_bytes = int64_t{1} << 20;
+    f->executor = std::make_unique<CpuExecutor>(CpuExecutorOptions{0, 1, 1});
+    f->store = std::make_unique<ParameterStore>(
+        ParameterLimits{}, std::vector<normsvc::server::Executor*>{f->executor.get()});
+    RegisterSets(*f->store);
+    return f;
+  }();
+  return *fixture;
+}
+
+void CheckInput(const TensorView& input) {
+  Require(input.rows >= 0 && input.hidden >= 1, "input dimensions");
+  Require(input.bytes == input.rows * input.hidden * Size(input.dtype), "input bytes");
+  TouchBytes(input.data, input.bytes);
+}
+
+void CheckParameters(const ParameterViews& params, const TensorView& input) {
+  if (params.set != nullptr) {
+    Require(params.set->hidden == input.hidden, "registered set hidden size");
+    Require(params.gamma == nullptr && params.beta == nullptr, "inline views with a set");
+    return;
+  }
+  const int64_t bytes = input.hidden * Size(params.dtype);
+  int64_t inline_bytes = 0;
+  if (params.gamma != nullptr) {
+    TouchBytes(params.gamma, bytes);
+    inline_bytes += bytes;
+  }
+  if (params.beta != nullptr) {
+    TouchBytes(params.beta, bytes);
+    inline_bytes += bytes;
+  }
+  Require(params.inline_bytes == inline_bytes, "inline parameter bytes");
+}
+
+void FuzzNormalize(const uint8_t* data, size_t size, const Fixture& f) {
+  v1::NormalizeRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  absl::StatusOr<ForwardPlan> plan = ValidateNormalize(request, f.limits, *f.store);
+  if (!plan.ok()) {
+    Require(!plan.status().message().empty(), "an error without a message");
+    return;
+  }
+  CheckInput(plan->input);
+  Require(plan->input.bytes <= f.limits.max_request_bytes, "request bytes limit");
+  Require(plan->input.rows <= f.limits.max_request_rows, "request rows limit");
+  Require(plan->epsilon > 0.0f, "epsilon");
+  if (plan->residual != nullptr) TouchBytes(plan->residual, plan->input.bytes);
+  Require(!plan->return_residual_sum || plan->residual != nullptr, "residual sum without residual");
+  CheckParameters(plan->parameters, plan->input);
+}
+
+void FuzzNormalizeBackward(const uint8_t* data, size_t size, const Fixture& f) {
+  v1::NormalizeBackwardRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  absl::StatusOr<BackwardPlan> plan = ValidateNormalizeBackward(request, f.limits, *f.store);
+  if (!plan.ok()) {
+    Require(!plan.status().message().empty(), "an error without a message");
+    return;
+  }
+  CheckInput(plan->input);
+  TouchBytes(plan->grad_output, plan->input.bytes);
+  if (plan->mean != nullptr) TouchBytes(plan->mean, plan->input.rows * 4);
+  if (plan->rstd != nullptr) TouchBytes(plan->rstd, plan->input.rows * 4);
+  Require(plan->parameters.beta == nullptr, "backward takes no beta");
+  CheckParameters(plan->parameters, plan->input);
+}
+
+void FuzzRegister(const uint8_t* data, size_t size, const Fixture& f) {
+  v1::RegisterParametersRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  absl::StatusOr<RegisterPlan> plan = ValidateRegisterParameters(request, f.limits);
+  if (!plan.ok()) {
+    Require(!plan.status().message().empty(), "an error without a message");
+    return;
+  }
+  const int64_t bytes = plan->hidden * Size(plan->dtype);
+  Require(plan->hidden >= 1 && plan->hidden <= f.limits.max_hidden_size, "register hidden size");
+  Require(!plan->gamma.empty() || !plan->beta.empty(), "register without gamma and beta");
+  Require(plan->gamma.empty() || static_cast<int64_t>(plan->gamma.size()) == bytes, "gamma bytes");
+  Require(plan->beta.empty() || static_cast<int64_t>(plan->beta.size()) == bytes, "beta bytes");
+  // Register into a store of its own, as the control thread would: the
+  // shared store stays the same from one input to the next.
+  ParameterStore store(ParameterLimits{},
+                       std::vector<normsvc::server::Executor*>{f.executor.get()});
+  absl::StatusOr<std::shared_ptr<const normsvc::server::ParameterSet>> set =
+      store.Register(std::string(plan->name), plan->hidden, plan->dtype, plan->gamma, plan->beta,
+                     request.replace());
+  Require(set.ok(), "a validated set failed to register");
+  Require(store.Find(plan->name) != nullptr, "a registered set is not found");
+}
+
+// ---- Seed corpus.
+
+std::string Filled(int64_t bytes, unsigned char value) {
+  return std::string(static_cast<size_t>(bytes), static_cast<char>(value));
+}
+
+void SetTensor(v1::Tensor* tensor, v1::DType dtype, std::vector<int64_t> shape, int64_t element) {
+  tensor->set_dtype(dtype);
+  int64_t count = 1;
+  for (int64_t dim : shape) {
+    tensor->add_shape(dim);
+    count *= dim;
+  }
+  tensor->set_data(Filled(count * element, 0x3f));
+}
+
+void WriteSeed(const std::string& dir, const std::string& name, char kind,
+               const google::protobuf::Message& message) {
+  std::ofstream out(dir + "/" + name, std::ios::binary | std::ios::trunc);
+  out << kind << message.SerializeAsString();
+  if (!out) std::abort();
+}
+
+void WriteSeeds(const std::string& dir) {
+  {
+    v1::NormalizeRequest r;
+    r.set_op(v1::LAYER_NORM);
+    SetTensor(r.mutable_input(), v1::FP32, {2, 8}, 4);
+    r.mutable_parameters()->set_name("ln");
+    WriteSeed(dir, "forward_ln_named", 0, r);
+  }
+  {
+    v1::NormalizeRequest r;
+    r.set_request_id(7);
+    r.set_op(v1::RMS_NORM);
+    r.set_epsilon(1e-6f);
+    SetTensor(r.mutable_input(), v1::BF16, {2, 3, 16}, 2);
+    SetTensor(r.mutable_residual(), v1::BF16, {2, 3, 16}, 2);
+    r.set_return_residual_sum(true);
+    r.set_return_statistics(true);
+    r.set_output_dtype(v1::FP32);
+    SetTensor(r.mutable_parameters()->mutable_inline_()->mutable_gamma(), v1::FP32, {16}, 4);
+    WriteSeed(dir, "forward_rms_residual_inline", 0, r);
+  }
+  {
+    v1::NormalizeRequest r;
+    r.set_op(v1::LAYER_NORM);
+    SetTensor(r.mutable_input(), v1::FP16, {3, 4}, 2);
+    auto* params = r.mutable_parameters()->mutable_inline_();
+    SetTensor(params->mutable_gamma(), v1::FP16, {4}, 2);
+    SetTensor(params->mutable_beta(), v1::FP16, {4}, 2);
+    WriteSeed(dir, "forward_ln_fp16_inline", 0, r);
+  }
+  {
+    v1::NormalizeRequest r;
+    r.set_op(v1::LAYER_NORM);
+    SetTensor(r.mutable_input(), v1::FP32, {0, 5}, 4);
+    WriteSeed(dir, "forward_zero_rows", 0, r);
+  }
+  {
+    v1::NormalizeBackwardRequest r;
+    r.set_op(v1::LAYER_NORM);
+    SetTensor(r.mutable_input(), v1::FP32, {3, 8}, 4);
+    SetTensor(r.mutable_grad_output(), v1::FP32, {3, 8}, 4);
+    SetTensor(r.mutable_mean(), v1::FP32, {3}, 4);
+    SetTensor(r.mutable_rstd(), v1::FP32, {3}, 4);
+    r.mutable_parameters()->set_name("ln");
+    WriteSeed(dir, "backward_ln_saved_stats", 1, r);
+  }
+  {
+    v1::NormalizeBackwardRequest r;
+    r.set_op(v1::RMS_NORM);
+    SetTensor(r.mutable_input(), v1::BF16, {2, 16}, 2);
+    SetTensor(r.mutable_grad_output(), v1::BF16, {2, 16}, 2);
+    SetTensor(r.mutable_rstd(), v1::FP32, {2}, 4);
+    SetTensor(r.mutable_parameters()->mutable_inline_()->mutable_gamma(), v1::BF16, {16}, 2);
+    WriteSeed(dir, "backward_rms_inline", 1, r);
+  }
+  {
+    v1::RegisterParametersRequest r;
+    r.set_name("layer.0_ln-f32");
+    SetTensor(r.mutable_gamma(), v1::FP32, {8}, 4);
+    SetTensor(r.mutable_beta(), v1::FP32, {8}, 4);
+    WriteSeed(dir, "register_gamma_beta", 2, r);
+  }
+  {
+    v1::RegisterParametersRequest r;
+    r.set_name("rms");
+    r.set_replace(true);
+    SetTensor(r.mutable_gamma(), v1::BF16, {16}, 2);
+    WriteSeed(dir, "register_replace_bf16", 2, r);
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  if (const char* dir = std::getenv("NORMSVC_FUZZ_WRITE_SEEDS")) {
+    WriteSeeds(dir);
+    std::exit(0);
+  }
+  // Parsing logs every string field with invalid UTF-8 (the request is then
+  // rejected); at fuzzing rates that is only noise.
+  google::protobuf::SetLogHandler(nullptr);
+  GetFixture();
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  const Fixture& f = GetFixture();
+  switch (data[0] % 3) {
+    case 0:
+      FuzzNormalize(data + 1, size - 1, f);
+      break;
+    case 1:
+      FuzzNormalizeBackward(data + 1, size - 1, f);
+      break;
+    default:
+      FuzzRegister(data + 1, size - 1, f);
+      break;
+  }
+  return 0;
+}
