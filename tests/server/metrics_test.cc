@@ -5,6 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <optional>
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include "server/gpu_backend.h"
@@ -33,6 +36,20 @@ std::string HttpGet(int port, const std::string& path) {
   }
   close(fd);
   return body;
+}
+
+// The value of the first sample of `name` whose label text contains
+// `label_part`, read from a text exposition; nullopt when there is none.
+std::optional<double> SampleValue(const std::string& text, const std::string& name,
+                                  const std::string& label_part) {
+  for (size_t at = text.find("\n" + name + "{"); at != std::string::npos;
+       at = text.find("\n" + name + "{", at + 1)) {
+    const size_t end = text.find('\n', at + 1);
+    const std::string line = text.substr(at + 1, end - at - 1);
+    if (line.find(label_part) == std::string::npos) continue;
+    return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return std::nullopt;
 }
 
 class MetricsTest : public ::testing::Test {
@@ -224,6 +241,52 @@ TEST_F(MetricsTest, MetricsEndpointServesTheTextExposition) {
   EXPECT_EQ(buckets, 22);
   // No GPU here: no NVML families.
   EXPECT_EQ(text.find("nv_gpu_utilization"), std::string::npos);
+}
+
+// On a GPU: the CUDA executor's per-device series (stage timings, kernel
+// bandwidth from CUDA events, the measured copy bandwidth) and the NVML
+// gauges under Triton's names.
+TEST(GpuMetricsTest, CudaDeviceSeriesAndNvmlGauges) {
+  if (VisibleGpuCount() == 0) {
+    GTEST_SKIP() << (GpuBackendCompiled() ? "no GPU visible" : "this build has no CUDA backend")
+                 << ": the CUDA executor's metrics and NVML need one";
+  }
+  ServerOptions options = TestServerOptions();
+  options.backend = Backend::kCuda;
+  options.metrics_address = "127.0.0.1:0";
+  std::unique_ptr<Server> server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<v1::Normalizer::Stub> stub = Connect(server->grpc_port());
+  std::mt19937_64 rng(TestSeed() + 901);
+  ForwardCase c;
+  c.shape = {4, 1024};
+  constexpr int kRequests = 5;
+  for (int i = 0; i < kRequests; ++i) {  // one at a time: one launch each
+    v1::NormalizeResponse response;
+    auto context = ContextWithDeadline();
+    ASSERT_TRUE(
+        stub->Normalize(context.get(), MakeForwardRequest(rng, c, i).request, &response).ok());
+  }
+  const std::string text = HttpGet(server->metrics_port(), "/metrics");
+  const std::string cuda0 = "device=\"cuda:0\"";
+  EXPECT_EQ(SampleValue(text, "normsvc_batch_kernel_seconds_count", cuda0), kRequests);
+  EXPECT_EQ(SampleValue(text, "normsvc_batch_h2d_seconds_count", cuda0), kRequests);
+  EXPECT_EQ(SampleValue(text, "normsvc_kernel_bandwidth_bytes_per_second_count", cuda0), kRequests);
+  EXPECT_GT(SampleValue(text, "normsvc_kernel_bandwidth_bytes_per_second_sum", cuda0).value_or(0),
+            0);
+  // A device-to-device copy on any current GPU moves well over 100 GB/s.
+  EXPECT_GT(SampleValue(text, "normsvc_device_copy_bandwidth_bytes_per_second", cuda0).value_or(0),
+            1e11);
+  const std::optional<double> total = SampleValue(text, "nv_gpu_memory_total_bytes", "gpu_uuid=");
+  const std::optional<double> used = SampleValue(text, "nv_gpu_memory_used_bytes", "gpu_uuid=");
+  const std::optional<double> utilization = SampleValue(text, "nv_gpu_utilization", "gpu_uuid=");
+  ASSERT_TRUE(total && used && utilization) << "no NVML gauges in:\n" << text.substr(0, 2000);
+  EXPECT_GT(*total, 1e9);
+  EXPECT_GT(*used, 0);
+  EXPECT_LE(*used, *total);
+  EXPECT_GE(*utilization, 0.0);
+  EXPECT_LE(*utilization, 1.0);
+  EXPECT_TRUE(server->Stop());
 }
 
 TEST(TimeBucketsTest, ExponentialFromTenMicrosecondsToTenSeconds) {
