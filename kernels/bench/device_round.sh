@@ -3,7 +3,8 @@
 # pass) norm_bench next to PyTorch through compare_torch.py. Run from the
 # repository root there, after building here and bundling the kernel targets:
 #   cmake --build build-gpu -j2 --target kernels_gpu_test norm_bench
-#   ../shared/gpu/bundle.sh build-gpu .gpu   (without server/client binaries)
+#   then copy the two binaries to .gpu/bin/{tests/kernels,kernels/bench}/ and the
+#   shared libraries they load to .gpu/lib/
 #
 #   kernels/bench/device_round.sh OUT_DIR [norm_bench arguments, e.g. --forward-only]
 #
