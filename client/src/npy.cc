@@ -61,8 +61,11 @@ class DictParser {
     int64_t value = 0;
     const size_t start = pos_;
     while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') {
-      value = value * 10 + (text_[pos_] - '0');
-      if (value > kMaxDim) return std::nullopt;
+      const int digit = text_[pos_] - '0';
+      // Checked before multiplying: value * 10 + digit would overflow int64
+      // long before a dimension the file could hold.
+      if (value > (kMaxDim - digit) / 10) return std::nullopt;
+      value = value * 10 + digit;
       ++pos_;
     }
     if (pos_ == start) return std::nullopt;

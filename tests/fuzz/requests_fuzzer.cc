@@ -2,8 +2,9 @@
 // edge validation, as the RPC handlers run it.
 //
 // Input: the first byte picks the message (0: NormalizeRequest,
-// 1: NormalizeBackwardRequest, 2: RegisterParametersRequest; taken mod 3),
-// the rest is its wire encoding. Besides crashes and sanitizer reports, the
+// 1: NormalizeBackwardRequest, 2: RegisterParametersRequest; taken mod 3)
+// and the limits (small ones, or the server's defaults), the rest is the
+// message's wire encoding. Besides crashes and sanitizer reports, the
 // target checks the validation contract: whatever passes is a plan whose
 // views lie inside the request and whose sizes agree with shape and dtype
 // (every byte of every view is read, so ASan sees a view that overruns).
@@ -61,7 +62,8 @@ void TouchBytes(const void* data, int64_t bytes) {
 int64_t Size(kernels::DType dtype) { return static_cast<int64_t>(kernels::DTypeSize(dtype)); }
 
 struct Fixture {
-  RequestLimits limits;
+  RequestLimits small_limits;    // "beyond the limit" reachable with small inputs
+  RequestLimits default_limits;  // what the server runs with unless configured
   std::unique_ptr<CpuExecutor> executor;
   std::unique_ptr<ParameterStore> store;
 };
@@ -87,11 +89,9 @@ void RegisterSets(ParameterStore& store) {
 Fixture& GetFixture() {
   static Fixture* fixture = [] {
     auto* f = new Fixture;
-    // Small limits so that the "beyond the limit" paths are reachable with
-    // small inputs; the defaults are checked by the tests.
-    f->limits.max_hidden_size = 4096;
-    f->limits.max_request_rows = 4096;
-    f->limits.max_request_bytes = int64_t{1} << 20;
+    f->small_limits.max_hidden_size = 4096;
+    f->small_limits.max_request_rows = 4096;
+    f->small_limits.max_request_bytes = int64_t{1} << 20;
     f->executor = std::make_unique<CpuExecutor>(CpuExecutorOptions{0, 1, 1});
     f->store = std::make_unique<ParameterStore>(
         ParameterLimits{}, std::vector<normsvc::server::Executor*>{f->executor.get()});
@@ -126,27 +126,29 @@ void CheckParameters(const ParameterViews& params, const TensorView& input) {
   Require(params.inline_bytes == inline_bytes, "inline parameter bytes");
 }
 
-void FuzzNormalize(const uint8_t* data, size_t size, const Fixture& f) {
+void FuzzNormalize(const uint8_t* data, size_t size, const Fixture& f,
+                   const RequestLimits& limits) {
   v1::NormalizeRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return;
-  absl::StatusOr<ForwardPlan> plan = ValidateNormalize(request, f.limits, *f.store);
+  absl::StatusOr<ForwardPlan> plan = ValidateNormalize(request, limits, *f.store);
   if (!plan.ok()) {
     Require(!plan.status().message().empty(), "an error without a message");
     return;
   }
   CheckInput(plan->input);
-  Require(plan->input.bytes <= f.limits.max_request_bytes, "request bytes limit");
-  Require(plan->input.rows <= f.limits.max_request_rows, "request rows limit");
+  Require(plan->input.bytes <= limits.max_request_bytes, "request bytes limit");
+  Require(plan->input.rows <= limits.max_request_rows, "request rows limit");
   Require(plan->epsilon > 0.0f, "epsilon");
   if (plan->residual != nullptr) TouchBytes(plan->residual, plan->input.bytes);
   Require(!plan->return_residual_sum || plan->residual != nullptr, "residual sum without residual");
   CheckParameters(plan->parameters, plan->input);
 }
 
-void FuzzNormalizeBackward(const uint8_t* data, size_t size, const Fixture& f) {
+void FuzzNormalizeBackward(const uint8_t* data, size_t size, const Fixture& f,
+                           const RequestLimits& limits) {
   v1::NormalizeBackwardRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return;
-  absl::StatusOr<BackwardPlan> plan = ValidateNormalizeBackward(request, f.limits, *f.store);
+  absl::StatusOr<BackwardPlan> plan = ValidateNormalizeBackward(request, limits, *f.store);
   if (!plan.ok()) {
     Require(!plan.status().message().empty(), "an error without a message");
     return;
@@ -159,16 +161,16 @@ void FuzzNormalizeBackward(const uint8_t* data, size_t size, const Fixture& f) {
   CheckParameters(plan->parameters, plan->input);
 }
 
-void FuzzRegister(const uint8_t* data, size_t size, const Fixture& f) {
+void FuzzRegister(const uint8_t* data, size_t size, const Fixture& f, const RequestLimits& limits) {
   v1::RegisterParametersRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return;
-  absl::StatusOr<RegisterPlan> plan = ValidateRegisterParameters(request, f.limits);
+  absl::StatusOr<RegisterPlan> plan = ValidateRegisterParameters(request, limits);
   if (!plan.ok()) {
     Require(!plan.status().message().empty(), "an error without a message");
     return;
   }
   const int64_t bytes = plan->hidden * Size(plan->dtype);
-  Require(plan->hidden >= 1 && plan->hidden <= f.limits.max_hidden_size, "register hidden size");
+  Require(plan->hidden >= 1 && plan->hidden <= limits.max_hidden_size, "register hidden size");
   Require(!plan->gamma.empty() || !plan->beta.empty(), "register without gamma and beta");
   Require(plan->gamma.empty() || static_cast<int64_t>(plan->gamma.size()) == bytes, "gamma bytes");
   Require(plan->beta.empty() || static_cast<int64_t>(plan->beta.size()) == bytes, "beta bytes");
@@ -213,6 +215,7 @@ void WriteSeeds(const std::string& dir) {
     SetTensor(r.mutable_input(), v1::FP32, {2, 8}, 4);
     r.mutable_parameters()->set_name("ln");
     WriteSeed(dir, "forward_ln_named", 0, r);
+    WriteSeed(dir, "forward_ln_named_default_limits", 3, r);
   }
   {
     v1::NormalizeRequest r;
@@ -260,6 +263,7 @@ void WriteSeeds(const std::string& dir) {
     SetTensor(r.mutable_rstd(), v1::FP32, {2}, 4);
     SetTensor(r.mutable_parameters()->mutable_inline_()->mutable_gamma(), v1::BF16, {16}, 2);
     WriteSeed(dir, "backward_rms_inline", 1, r);
+    WriteSeed(dir, "backward_rms_inline_default_limits", 4, r);
   }
   {
     v1::RegisterParametersRequest r;
@@ -294,15 +298,17 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const Fixture& f = GetFixture();
+  // data[0] % 3: the message; (data[0] / 3) % 2: small or default limits.
+  const RequestLimits& limits = (data[0] / 3) % 2 == 0 ? f.small_limits : f.default_limits;
   switch (data[0] % 3) {
     case 0:
-      FuzzNormalize(data + 1, size - 1, f);
+      FuzzNormalize(data + 1, size - 1, f, limits);
       break;
     case 1:
-      FuzzNormalizeBackward(data + 1, size - 1, f);
+      FuzzNormalizeBackward(data + 1, size - 1, f, limits);
       break;
     default:
-      FuzzRegister(data + 1, size - 1, f);
+      FuzzRegister(data + 1, size - 1, f, limits);
       break;
   }
   return 0;
