@@ -28,6 +28,7 @@
 #include "server/normalize_stream.h"
 #include "server/nvml.h"
 #include "server/parameter_store.h"
+#include "server/kserve_service.h"
 #include "server/service.h"
 #include "server/service_context.h"
 
@@ -197,6 +198,7 @@ absl::Status Server::CreateExecutors() {
   context_->streams = streams_.get();
   context_->server_info = MakeServerInfo(options_, backend_, *pool_);
   service_ = std::make_unique<NormalizerService>(*context_);
+  kserve_service_ = std::make_unique<KserveService>(*context_);
   pool_->Start();
   return absl::OkStatus();
 }
@@ -224,6 +226,7 @@ absl::Status Server::StartGrpc() {
                                static_cast<int>(options_.max_connection_age_grace_ms));
   }
   builder.RegisterService(service_.get());
+  builder.RegisterService(kserve_service_.get());
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || grpc_port_ == 0) {
     return absl::UnavailableError(

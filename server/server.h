@@ -23,6 +23,7 @@ class ExecutorPool;
 class GpuTelemetry;
 class MemoryBudget;
 class NormalizerService;
+class KserveService;
 class ParameterStore;
 class ServiceMetrics;
 class StreamRegistry;
@@ -72,6 +73,7 @@ class Server {
   std::unique_ptr<StreamRegistry> streams_;
   std::unique_ptr<ServiceContext> context_;
   std::unique_ptr<NormalizerService> service_;
+  std::unique_ptr<KserveService> kserve_service_;  // inference.GRPCInferenceService
   std::unique_ptr<grpc::Server> grpc_server_;
   std::shared_ptr<GpuTelemetry> telemetry_;
   std::unique_ptr<prometheus::Exposer> exposer_;

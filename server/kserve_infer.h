@@ -1,0 +1,73 @@
+// One ModelInfer on the normsvc.v1 path: protocol mapping
+// (kserve_request), the same edge validation and Task building as
+// Normalize, and the same ExecutorPool/batcher. The unary call
+// (StartKserveModelInfer) and the stream (kserve_stream) both derive
+// from KserveInference and only decide how the result goes back.
+#pragma once
+
+#include <atomic>
+
+#include <grpcpp/support/server_callback.h>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "inference/grpc_service.pb.h"
+#include "normsvc/v1/normalizer.pb.h"
+#include "server/kserve_models.h"
+#include "server/kserve_statistics.h"
+#include "server/service_context.h"
+
+namespace grpc {
+class CallbackServerContext;
+}
+
+namespace normsvc::server {
+
+class KserveInference : public TaskSink {
+ public:
+  KserveInference(ServiceContext& service, KserveStatistics& statistics)
+      : service_(service), statistics_(statistics) {}
+
+  // Runs `request` into `response` (both outlive the run). Exactly one
+  // OnInferenceDone follows, inline or from a batch worker thread. One run
+  // at a time per object.
+  void RunInference(const inference::ModelInferRequest* request,
+                    inference::ModelInferResponse* response, absl::Time deadline);
+
+  bool IsCancelled() const final { return cancelled_.load(std::memory_order_relaxed); }
+  void OnTaskDone(const absl::Status& status) final;
+
+ protected:
+  ~KserveInference() = default;
+  // After this is called the run touches nothing of the object again.
+  virtual void OnInferenceDone(const absl::Status& status) = 0;
+  void MarkCancelled() { cancelled_.store(true, std::memory_order_relaxed); }
+  // True when the last run was refused because the server is draining.
+  bool refused_for_drain() const { return refused_for_drain_; }
+
+ private:
+  void Complete(const absl::Status& status);
+
+  ServiceContext& service_;
+  KserveStatistics& statistics_;
+  const inference::ModelInferRequest* request_ = nullptr;
+  inference::ModelInferResponse* response_ = nullptr;
+  std::string model_name_;
+  KserveModel model_;
+  v1::NormalizeRequest normalize_request_;
+  v1::NormalizeResponse normalize_response_;
+  KserveInferTiming timing_;
+  absl::Time start_;
+  absl::Time scheduled_at_;
+  bool entered_ = false;
+  bool refused_for_drain_ = false;
+  std::atomic<bool> cancelled_{false};
+};
+
+grpc::ServerUnaryReactor* StartKserveModelInfer(ServiceContext& service,
+                                                KserveStatistics& statistics,
+                                                grpc::CallbackServerContext* context,
+                                                const inference::ModelInferRequest* request,
+                                                inference::ModelInferResponse* response);
+
+}  // namespace normsvc::server

@@ -1,0 +1,98 @@
+#include "server/kserve_service.h"
+
+#include "inference/model_config.pb.h"
+#include "server/kserve_infer.h"
+#include "server/kserve_models.h"
+#include "server/kserve_stream.h"
+#include "server/status_mapping.h"
+
+namespace normsvc::server {
+namespace {
+
+grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* KserveService::ServerLive(grpc::CallbackServerContext* context,
+                                                    const inference::ServerLiveRequest*,
+                                                    inference::ServerLiveResponse* response) {
+  response->set_live(true);
+  return Answer(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KserveService::ServerReady(grpc::CallbackServerContext* context,
+                                                     const inference::ServerReadyRequest*,
+                                                     inference::ServerReadyResponse* response) {
+  response->set_ready(!context_.gate->draining());
+  return Answer(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KserveService::ModelReady(grpc::CallbackServerContext* context,
+                                                    const inference::ModelReadyRequest* request,
+                                                    inference::ModelReadyResponse* response) {
+  const auto model = ResolveKserveModel(request->name(), request->version(), *context_.store);
+  if (!model.ok() && absl::IsNotFound(model.status())) return Answer(context, model.status());
+  response->set_ready(model.ok() && !context_.gate->draining());
+  return Answer(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KserveService::ServerMetadata(
+    grpc::CallbackServerContext* context, const inference::ServerMetadataRequest*,
+    inference::ServerMetadataResponse* response) {
+  response->set_name("normsvc");
+  response->set_version(context_.server_info.version());
+  for (const char* extension : {"model_configuration", "statistics", "parameters"}) {
+    response->add_extensions(extension);
+  }
+  return Answer(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KserveService::ModelMetadata(
+    grpc::CallbackServerContext* context, const inference::ModelMetadataRequest* request,
+    inference::ModelMetadataResponse* response) {
+  const auto model = ResolveKserveModel(request->name(), request->version(), *context_.store);
+  if (!model.ok()) return Answer(context, model.status());
+  DescribeKserveModel(*model, response);
+  return Answer(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KserveService::ModelConfig(grpc::CallbackServerContext* context,
+                                                     const inference::ModelConfigRequest* request,
+                                                     inference::ModelConfigResponse* response) {
+  const auto model = ResolveKserveModel(request->name(), request->version(), *context_.store);
+  if (!model.ok()) return Answer(context, model.status());
+  ConfigureKserveModel(*model, response->mutable_config());
+  return Answer(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KserveService::ModelStatistics(
+    grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
+    inference::ModelStatisticsResponse* response) {
+  if (request->name().empty()) {
+    for (const KserveModel& model : ListKserveModels(*context_.store)) {
+      statistics_.Fill(model.name, response->add_model_stats());
+    }
+    return Answer(context, absl::OkStatus());
+  }
+  const auto model = ResolveKserveModel(request->name(), request->version(), *context_.store);
+  if (!model.ok()) return Answer(context, model.status());
+  statistics_.Fill(model->name, response->add_model_stats());
+  return Answer(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KserveService::ModelInfer(grpc::CallbackServerContext* context,
+                                                    const inference::ModelInferRequest* request,
+                                                    inference::ModelInferResponse* response) {
+  return StartKserveModelInfer(context_, statistics_, context, request, response);
+}
+
+grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+KserveService::ModelStreamInfer(grpc::CallbackServerContext* context) {
+  return StartKserveModelStreamInfer(context_, statistics_, context);
+}
+
+}  // namespace normsvc::server

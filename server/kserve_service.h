@@ -1,0 +1,51 @@
+// inference.GRPCInferenceService (the open inference protocol, KServe v2 /
+// Triton) on the callback API, on the same port and the same batcher as
+// normsvc.v1.Normalizer. Health, metadata, configuration and statistics
+// are answered in the handler; ModelInfer and ModelStreamInfer go through
+// kserve_infer / kserve_stream. RPCs of the protocol that normsvc does not
+// declare (repository, shared memory, trace, logging) answer UNIMPLEMENTED.
+#pragma once
+
+#include "inference/grpc_service.grpc.pb.h"
+#include "server/kserve_statistics.h"
+#include "server/service_context.h"
+
+namespace normsvc::server {
+
+class KserveService final : public inference::GRPCInferenceService::CallbackService {
+ public:
+  explicit KserveService(ServiceContext& context) : context_(context) {}
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
+                                       const inference::ServerLiveRequest* request,
+                                       inference::ServerLiveResponse* response) override;
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context,
+                                        const inference::ServerReadyRequest* request,
+                                        inference::ServerReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context,
+                                       const inference::ModelReadyRequest* request,
+                                       inference::ModelReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
+                                           const inference::ServerMetadataRequest* request,
+                                           inference::ServerMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
+                                          const inference::ModelMetadataRequest* request,
+                                          inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
+                                        const inference::ModelConfigRequest* request,
+                                        inference::ModelConfigResponse* response) override;
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
+                                            const inference::ModelStatisticsRequest* request,
+                                            inference::ModelStatisticsResponse* response) override;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
+                                       const inference::ModelInferRequest* request,
+                                       inference::ModelInferResponse* response) override;
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+
+ private:
+  ServiceContext& context_;
+  KserveStatistics statistics_;
+};
+
+}  // namespace normsvc::server

@@ -1,0 +1,24 @@
+// ModelStreamInfer: inferences over one bidirectional stream, one at a
+// time (read, infer, write, then read the next), so replies come in request
+// order and at most one request per stream is held. A failed request is
+// answered with error_message and the stream goes on; the stream ends OK
+// after the client half-closes, and UNAVAILABLE once the server drains.
+#pragma once
+
+#include <grpcpp/support/server_callback.h>
+
+#include "inference/grpc_service.pb.h"
+#include "server/kserve_statistics.h"
+#include "server/service_context.h"
+
+namespace grpc {
+class CallbackServerContext;
+}
+
+namespace normsvc::server {
+
+grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+StartKserveModelStreamInfer(ServiceContext& service, KserveStatistics& statistics,
+                            grpc::CallbackServerContext* context);
+
+}  // namespace normsvc::server

@@ -1,0 +1,192 @@
+"""Real protocol clients from PyPI against a real normsvc (CPU backend) on
+loopback: tritonclient.grpc calls every implemented RPC of
+inference.GRPCInferenceService and checks ModelInfer against NumPy float64;
+perf_analyzer runs a short measurement.
+
+A client that is not installed is a skip with the reason (a session of
+skips only exits 77: conftest.py; ctest reports SKIPPED), never a pass.
+Run: NORMSVC_BINARY=<build>/server/normsvc python -m pytest -q -rs this_file
+"""
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+BINARY = os.environ.get("NORMSVC_BINARY", "")
+RNG = np.random.default_rng()
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tritonclient_grpc():
+    try:
+        import tritonclient.grpc as grpcclient  # noqa: PLC0415
+    except ImportError as error:
+        pytest.skip(f"tritonclient[grpc] is not installed in this Python ({error}); "
+                    "pip install 'tritonclient[grpc]'")
+    return grpcclient
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not BINARY or not os.access(BINARY, os.X_OK):
+        pytest.fail(f"NORMSVC_BINARY does not name the normsvc binary: {BINARY!r}")
+    port, metrics_port = free_port(), free_port()
+    log_path = tmp_path_factory.mktemp("kserve") / "normsvc.log"
+    log = open(log_path, "w")
+    process = subprocess.Popen([BINARY, f"--grpc_address=127.0.0.1:{port}",
+                                f"--metrics_address=127.0.0.1:{metrics_port}", "--backend=cpu"],
+                               stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                pytest.fail(f"normsvc did not start; log:\n{log_path.read_text()}")
+            time.sleep(0.1)
+    yield port
+    process.send_signal(subprocess.signal.SIGTERM)
+    try:
+        assert process.wait(timeout=30) == 0, log_path.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+        log.close()
+
+
+def reference(op, x, gamma=None, beta=None, eps=1e-5):
+    x = x.astype(np.float64)
+    if op == "layernorm":
+        mean = x.mean(axis=-1, keepdims=True)
+        y = (x - mean) / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + eps)
+    else:
+        y = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
+    if gamma is not None:
+        y = y * gamma.astype(np.float64)
+    if beta is not None:
+        y = y + beta.astype(np.float64)
+    return y
+
+
+def infer(client, grpcclient, model, tensors, eps=None):
+    inputs = []
+    for name, array in tensors.items():
+        tensor = grpcclient.InferInput(name, list(array.shape), "FP32")
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    # A string: every tritonclient version sends it (older ones refuse floats).
+    params = {"epsilon": str(eps)} if eps is not None else None
+    result = client.infer(model, inputs, outputs=[grpcclient.InferRequestedOutput("OUTPUT")],
+                          request_id="r1", parameters=params)
+    return result
+
+
+def test_tritonclient_every_rpc(server):
+    grpcclient = tritonclient_grpc()
+    from tritonclient.utils import InferenceServerException  # noqa: PLC0415
+    client = grpcclient.InferenceServerClient(url=f"127.0.0.1:{server}")
+
+    assert client.is_server_live()
+    assert client.is_server_ready()
+    assert client.is_model_ready("layernorm") and client.is_model_ready("rmsnorm", "1")
+    with pytest.raises(InferenceServerException, match="unknown model"):
+        client.is_model_ready("softmax")
+    meta = client.get_server_metadata()
+    assert meta.name == "normsvc" and "statistics" in meta.extensions
+
+    model_meta = client.get_model_metadata("layernorm")
+    assert [i.name for i in model_meta.inputs] == ["INPUT", "GAMMA", "BETA"]
+    assert list(model_meta.inputs[0].shape) == [-1, -1] and model_meta.outputs[0].name == "OUTPUT"
+    assert [i.name for i in client.get_model_metadata("rmsnorm").inputs] == ["INPUT", "GAMMA"]
+    config = client.get_model_config("layernorm").config
+    assert config.name == "layernorm" and config.max_batch_size == 0
+    assert [i.name for i in config.input] == ["INPUT", "GAMMA", "BETA"]
+    assert config.input[1].optional and not config.input[0].optional
+
+    # ModelInfer: fresh random data, against float64 within FP32 tolerance.
+    rows, hidden = 7, 96
+    x = (RNG.standard_normal((rows, hidden)) * 3 + 1.5).astype(np.float32)
+    gamma = RNG.uniform(0.5, 1.5, hidden).astype(np.float32)
+    beta = RNG.standard_normal(hidden).astype(np.float32)
+    out = infer(client, grpcclient, "layernorm", {"INPUT": x, "GAMMA": gamma, "BETA": beta},
+                eps=1e-3)
+    assert out.get_response().id == "r1"
+    y = out.as_numpy("OUTPUT")
+    assert y.dtype == np.float32 and y.shape == (rows, hidden)
+    np.testing.assert_allclose(y, reference("layernorm", x, gamma, beta, 1e-3),
+                               rtol=1e-4, atol=1e-4)
+    y = infer(client, grpcclient, "rmsnorm", {"INPUT": x}).as_numpy("OUTPUT")
+    np.testing.assert_allclose(y, reference("rmsnorm", x), rtol=1e-4, atol=1e-4)
+
+    with pytest.raises(InferenceServerException, match="GAMMA|hidden|shape"):
+        infer(client, grpcclient, "layernorm",
+              {"INPUT": x, "GAMMA": np.ones(hidden + 1, np.float32)})
+    with pytest.raises(InferenceServerException, match="unknown input"):
+        infer(client, grpcclient, "layernorm", {"INPUT": x, "SCALE": gamma})
+
+    # ModelStreamInfer: replies in order, one error that leaves the stream open.
+    results = []
+    client.start_stream(callback=lambda result, error: results.append((result, error)))
+    streamed = [(RNG.standard_normal((2, 64)) * 2).astype(np.float32) for _ in range(3)]
+    for i, array in enumerate(streamed):
+        tensor = grpcclient.InferInput("INPUT", list(array.shape), "FP32")
+        tensor.set_data_from_numpy(array)
+        client.async_stream_infer("rmsnorm" if i != 1 else "nosuchmodel", [tensor],
+                                  request_id=str(i))
+    deadline = time.monotonic() + 20
+    while len(results) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    client.stop_stream()
+    assert len(results) == 3
+    assert results[1][1] is not None and "unknown model" in str(results[1][1])
+    for i in (0, 2):
+        result, error = results[i]
+        assert error is None, error
+        assert result.get_response().id == str(i)
+        np.testing.assert_allclose(result.as_numpy("OUTPUT"), reference("rmsnorm", streamed[i]),
+                                   rtol=1e-4, atol=1e-4)
+
+    # ModelStatistics: exact counts of what this test ran.
+    stats = client.get_inference_statistics("layernorm").model_stats
+    assert len(stats) == 1 and stats[0].name == "layernorm"
+    # One success of 7 rows; the failing GAMMA request counts as a failure
+    # (the unknown-input one too: the model exists).
+    assert stats[0].inference_count == rows and stats[0].execution_count == 1
+    assert stats[0].inference_stats.success.count == 1
+    assert stats[0].inference_stats.fail.count == 2
+    assert stats[0].inference_stats.compute_infer.ns > 0
+    assert [b.batch_size for b in stats[0].batch_stats] == [rows]
+    rms = client.get_inference_statistics("rmsnorm").model_stats[0]
+    assert rms.inference_count == rows + 2 * 2 and rms.execution_count == 3
+    names = {s.name for s in client.get_inference_statistics("").model_stats}
+    assert {"layernorm", "rmsnorm"} <= names
+    client.close()
+
+
+def test_perf_analyzer(server):
+    tritonclient_grpc()
+    binary = shutil.which("perf_analyzer") or shutil.which(
+        "perf_analyzer", path=os.path.dirname(os.sys.executable))
+    if binary is None:
+        pytest.skip("perf_analyzer is not installed (tritonclient wheels up to 2.4x carry it; "
+                    "the PyPI package perf-analyzer reachable here is a placeholder)")
+    run = subprocess.run([binary, "-m", "layernorm", "-i", "grpc", "-u", f"127.0.0.1:{server}",
+                          "--shape", "INPUT:1,64", "--shape", "GAMMA:64", "--shape", "BETA:64",
+                          "--measurement-interval", "1000", "--concurrency-range", "1:2",
+                          "--max-trials", "5"],
+                         capture_output=True, text=True, timeout=120)
+    if run.returncode == 127 and "error while loading shared libraries" in run.stderr:
+        pytest.skip(f"perf_analyzer cannot start on this machine: {run.stderr.strip()}")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Throughput" in run.stdout, run.stdout
