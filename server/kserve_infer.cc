@@ -35,7 +35,7 @@ void KserveInference::RunInference(const inference::ModelInferRequest* request,
     return Complete(status);
   }
   auto plan = ValidateNormalize(normalize_request_, service_.limits, *service_.store);
-  if (!plan.ok()) return Complete(plan.status());
+  if (!plan.ok()) return Complete(ToKserveError(model_, plan.status()));
   timing_.rows = plan->input.rows;
   std::unique_ptr<Task> task =
       BuildForwardTask(*plan, normalize_request_, &normalize_response_, deadline, this);

@@ -3,8 +3,10 @@
 #include <cstring>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "server/tensor_codec.h"
 
 namespace normsvc::server {
@@ -138,6 +140,16 @@ absl::Status ToNormalizeRequest(const KserveModel& model, const inference::Model
   if (absl::Status status = ReadEpsilon(in, &epsilon); !status.ok()) return status;
   out->set_epsilon(epsilon);
   return absl::OkStatus();
+}
+
+absl::Status ToKserveError(const KserveModel& model, const absl::Status& status) {
+  std::string message(status.message());
+  if (absl::StartsWith(message, "input.") || absl::StartsWith(message, "input:")) {
+    message.replace(0, 5, kKserveInput);
+  }
+  message = absl::StrReplaceAll(message, {{"parameters.inline.gamma", kKserveGamma},
+                                          {"parameters.inline.beta", kKserveBeta}});
+  return absl::Status(status.code(), absl::StrCat("model '", model.name, "': ", message));
 }
 
 void ToModelInferResponse(const KserveModel& model, const inference::ModelInferRequest& request,

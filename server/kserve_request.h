@@ -22,6 +22,12 @@ namespace normsvc::server {
 absl::Status ToNormalizeRequest(const KserveModel& model, const inference::ModelInferRequest& in,
                                 v1::NormalizeRequest* out);
 
+// An edge-validation error of the translated request in the protocol's
+// terms: normsvc.v1 field names become tensor names (input -> INPUT,
+// parameters.inline.gamma -> GAMMA, ...), prefixed with the model's name.
+// The code is kept.
+absl::Status ToKserveError(const KserveModel& model, const absl::Status& status);
+
 // Moves the output bytes (no copy) and fills names, shape and datatype.
 void ToModelInferResponse(const KserveModel& model, const inference::ModelInferRequest& request,
                           v1::NormalizeResponse* result, inference::ModelInferResponse* out);

@@ -205,6 +205,18 @@ TEST_F(KserveMappingTest, ResponseTakesTheOutputBytesWithNameShapeAndId) {
   EXPECT_EQ(out.raw_output_contents(0), bytes);
 }
 
+TEST_F(KserveMappingTest, ValidationErrorsSpeakOfTensorsNotNormalizerFields) {
+  const absl::Status input = ToKserveError(
+      layernorm_, absl::InvalidArgumentError("input.data: has 12 bytes, shape needs 16"));
+  EXPECT_TRUE(absl::IsInvalidArgument(input));
+  EXPECT_EQ(input.message(), "model 'layernorm': INPUT.data: has 12 bytes, shape needs 16");
+  const absl::Status gamma = ToKserveError(
+      rmsnorm_, absl::FailedPreconditionError(
+                    "parameters.inline.beta.dtype: must equal parameters.inline.gamma.dtype"));
+  EXPECT_TRUE(absl::IsFailedPrecondition(gamma));
+  EXPECT_EQ(gamma.message(), "model 'rmsnorm': BETA.dtype: must equal GAMMA.dtype");
+}
+
 TEST_F(KserveMappingTest, MetadataAndConfigDescribeTheModelsInputs) {
   inference::ModelMetadataResponse meta;
   DescribeKserveModel(rmsnorm_, &meta);
