@@ -92,7 +92,7 @@ grpc::ServerUnaryReactor* KserveService::ModelInfer(grpc::CallbackServerContext*
 
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
 KserveService::ModelStreamInfer(grpc::CallbackServerContext* context) {
-  return StartKserveModelStreamInfer(context_, statistics_, context);
+  return StartKserveModelStreamInfer(context_, statistics_, streams_, context);
 }
 
 }  // namespace normsvc::server

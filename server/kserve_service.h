@@ -8,6 +8,7 @@
 
 #include "inference/grpc_service.grpc.pb.h"
 #include "server/kserve_statistics.h"
+#include "server/kserve_stream.h"
 #include "server/service_context.h"
 
 namespace normsvc::server {
@@ -43,9 +44,14 @@ class KserveService final : public inference::GRPCInferenceService::CallbackServ
   grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
   ModelStreamInfer(grpc::CallbackServerContext* context) override;
 
+  // Part of the server's drain: open ModelStreamInfer streams finish
+  // (UNAVAILABLE) now if idle, else after their reply.
+  void DrainStreams() { streams_.DrainAll(); }
+
  private:
   ServiceContext& context_;
   KserveStatistics statistics_;
+  KserveStreamRegistry streams_;
 };
 
 }  // namespace normsvc::server

@@ -1,44 +1,104 @@
 #include "server/kserve_stream.h"
 
+#include <cstdint>
+
 #include <grpcpp/server_context.h>
 
 #include "absl/strings/str_cat.h"
-
 #include "server/kserve_infer.h"
 #include "server/status_mapping.h"
 
 namespace normsvc::server {
-namespace {
 
 using StreamReactor =
     grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>;
 
-// Only one gRPC operation is outstanding at any time (a read, or the run,
-// or a write), so the reactor needs no lock; OnCancel only sets a flag.
+// At most one stream operation is outstanding (a read, the run, or a
+// write); `phase_` says which. The drain may come from another thread at
+// any time: it finishes a stream whose read is outstanding, and otherwise
+// leaves the finish to the stream's next step. gRPC operations are issued
+// after mutex_ is released; moving to kDone under it makes Finish happen
+// exactly once.
 class KserveStreamCall final : public StreamReactor, public KserveInference {
  public:
-  KserveStreamCall(ServiceContext& service, KserveStatistics& statistics)
-      : KserveInference(service, statistics) {}
+  KserveStreamCall(ServiceContext& service, KserveStatistics& statistics,
+                   KserveStreamRegistry& registry)
+      : KserveInference(service, statistics), registry_(registry) {}
 
-  void Begin() { StartRead(&request_); }
+  void Begin() {
+    IssueRead();
+    registry_.Add(this);  // may drain at once
+  }
+
+  void OnServerDrain() {
+    {
+      absl::MutexLock lock(&mutex_);
+      draining_ = true;
+      if (phase_ != Phase::kReading) return;
+      phase_ = Phase::kDone;
+    }
+    Finish(ToGrpcStatus(ShuttingDown()));
+  }
 
   void OnReadDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mutex_);
+      if (phase_ == Phase::kDone) return;  // drained while reading
+      phase_ = ok ? Phase::kRunning : Phase::kDone;
+    }
     if (!ok) return Finish(grpc::Status::OK);  // half-closed (or cancelled)
     reply_.Clear();
     RunInference(&request_, reply_.mutable_infer_response(), absl::InfiniteFuture());
   }
 
   void OnWriteDone(bool ok) override {
+    bool drain = false;
+    {
+      absl::MutexLock lock(&mutex_);
+      drain = draining_;
+      if (!ok || drain) phase_ = Phase::kDone;
+    }
     if (!ok) return Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
-    StartRead(&request_);
+    if (drain) return Finish(ToGrpcStatus(ShuttingDown()));
+    IssueRead();
   }
 
   void OnCancel() override { MarkCancelled(); }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    registry_.Remove(this);
+    delete this;
+  }
 
  private:
+  enum class Phase { kIssuingRead, kReading, kRunning, kWriting, kDone };
+
+  // Starts a read; a drain that came while it was being issued finishes
+  // the stream right after.
+  void IssueRead() {
+    uint64_t generation = 0;
+    {
+      absl::MutexLock lock(&mutex_);
+      generation = ++read_generation_;
+      phase_ = Phase::kIssuingRead;
+    }
+    StartRead(&request_);
+    bool finish_now = false;
+    {
+      absl::MutexLock lock(&mutex_);
+      if (phase_ != Phase::kIssuingRead || read_generation_ != generation) return;
+      finish_now = draining_;
+      phase_ = finish_now ? Phase::kDone : Phase::kReading;
+    }
+    if (finish_now) Finish(ToGrpcStatus(ShuttingDown()));
+  }
+
   void OnInferenceDone(const absl::Status& status) override {
-    if (refused_for_drain()) return Finish(ToGrpcStatus(status));
+    const bool refused = refused_for_drain();
+    {
+      absl::MutexLock lock(&mutex_);
+      phase_ = refused ? Phase::kDone : Phase::kWriting;
+    }
+    if (refused) return Finish(ToGrpcStatus(status));
     if (!status.ok()) {
       reply_.set_error_message(absl::StrCat(StatusCodeName(status.code()), ": ", status.message()));
       reply_.mutable_infer_response()->set_model_name(request_.model_name());
@@ -47,15 +107,41 @@ class KserveStreamCall final : public StreamReactor, public KserveInference {
     StartWrite(&reply_);
   }
 
+  KserveStreamRegistry& registry_;
   inference::ModelInferRequest request_;
   inference::ModelStreamInferResponse reply_;
+  absl::Mutex mutex_;
+  Phase phase_ ABSL_GUARDED_BY(mutex_) = Phase::kIssuingRead;
+  uint64_t read_generation_ ABSL_GUARDED_BY(mutex_) = 0;
+  bool draining_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
-}  // namespace
+void KserveStreamRegistry::Add(KserveStreamCall* stream) {
+  bool drain_now = false;
+  {
+    absl::MutexLock lock(&mutex_);
+    streams_.insert(stream);
+    drain_now = draining_;
+  }
+  if (drain_now) stream->OnServerDrain();
+}
+
+void KserveStreamRegistry::Remove(KserveStreamCall* stream) {
+  absl::MutexLock lock(&mutex_);
+  streams_.erase(stream);
+}
+
+void KserveStreamRegistry::DrainAll() {
+  // Under the lock, so no stream is deleted (Remove waits) while it is told.
+  absl::MutexLock lock(&mutex_);
+  draining_ = true;
+  for (KserveStreamCall* stream : streams_) stream->OnServerDrain();
+}
 
 StreamReactor* StartKserveModelStreamInfer(ServiceContext& service, KserveStatistics& statistics,
+                                           KserveStreamRegistry& registry,
                                            grpc::CallbackServerContext* /*context*/) {
-  auto* call = new KserveStreamCall(service, statistics);
+  auto* call = new KserveStreamCall(service, statistics, registry);
   call->Begin();
   return call;
 }

@@ -270,6 +270,7 @@ bool Server::Stop() {
   //    streams to stop reading and finish once their requests are answered.
   if (gate_ != nullptr) gate_->StartDrain();
   if (streams_ != nullptr) streams_->DrainAll();
+  if (kserve_service_ != nullptr) kserve_service_->DrainStreams();
   // 3. Drain: the batchers launch what is queued without waiting for
   //    max_queue_delay, until every accepted request is answered or the
   //    drain timeout passes.

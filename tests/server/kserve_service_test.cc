@@ -263,5 +263,25 @@ TEST_F(KserveServiceTest, StreamAnswersInOrderAndStatisticsCountExactly) {
   EXPECT_EQ(all.model_stats(1).execution_count(), 3u);
 }
 
+TEST_F(KserveServiceTest, DrainEndsAnIdleStreamAtOnceWithUnavailable) {
+  grpc::ClientContext context;
+  auto stream = stub_->ModelStreamInfer(&context);
+  ForwardCase c;
+  const ForwardRequest fr = MakeForwardRequest(rng_, c, 5);
+  ASSERT_TRUE(stream->Write(ToKserve("layernorm", fr.request)));
+  inference::ModelStreamInferResponse reply;
+  ASSERT_TRUE(stream->Read(&reply));
+  EXPECT_TRUE(CheckForward(fr.request, {}, {}, FromKserve(reply.infer_response())));
+  // The stream now waits for its next request; the drain must not wait
+  // for it (the drain timeout is 30 s by default).
+  const absl::Time start = absl::Now();
+  std::thread stopper([this] { server_->Stop(); });
+  EXPECT_FALSE(stream->Read(&reply));
+  const grpc::Status status = stream->Finish();
+  stopper.join();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
 }  // namespace
 }  // namespace normsvc::server::testing
