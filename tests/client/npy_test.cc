@@ -78,8 +78,7 @@ TEST(NpyTest, SerializeParseRoundTrip) {
 TEST(NpyTest, RejectsMalformedHeadersWithoutAllocating) {
   const std::string four_bytes(4, '\x01');
   const std::vector<std::string> bad = {
-      "",
-      "\x93NUMP",
+      "", "\x93NUMP",
       NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }",
                four_bytes),  // short data
       NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }",
@@ -91,6 +90,9 @@ TEST(NpyTest, RejectsMalformedHeadersWithoutAllocating) {
       NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 4), }",
                four_bytes),
       NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999, 99999999999), }",
+               four_bytes),
+      // 20 digits: overflows int64 while the digits are read.
+      NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }",
                four_bytes),
       NpyBytes("{'descr': '<f4', 'fortran_order': False}", four_bytes),
       NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}", four_bytes),
