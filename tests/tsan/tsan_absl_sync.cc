@@ -39,10 +39,10 @@ Function Real(const char* symbol, std::atomic<Function>& cache) {
   return function;
 }
 
-#define NORMSVC_REAL(type, symbol)            \
-  ([]() -> type {                             \
-    static std::atomic<type> cache{nullptr};  \
-    return Real<type>(symbol, cache);         \
+#define NORMSVC_REAL(type, symbol)           \
+  ([]() -> type {                            \
+    static std::atomic<type> cache{nullptr}; \
+    return Real<type>(symbol, cache);        \
   }())
 
 using MutexFunction = void (*)(Mutex*);
@@ -87,10 +87,10 @@ NORMSVC_EXPORT bool InterposedTryLock(Mutex* mu) __asm__(NORMSVC_MUTEX_TRY_LOCK)
 NORMSVC_EXPORT void InterposedReaderLock(Mutex* mu) __asm__(NORMSVC_MUTEX_READER_LOCK);
 NORMSVC_EXPORT void InterposedReaderUnlock(Mutex* mu) __asm__(NORMSVC_MUTEX_READER_UNLOCK);
 NORMSVC_EXPORT void InterposedWait(CondVar* cv, Mutex* mu) __asm__(NORMSVC_CONDVAR_WAIT);
-NORMSVC_EXPORT bool InterposedWaitWithDeadline(CondVar* cv, Mutex* mu, absl::Time deadline)
-    __asm__(NORMSVC_CONDVAR_WAIT_WITH_DEADLINE);
-NORMSVC_EXPORT bool InterposedWaitWithTimeout(CondVar* cv, Mutex* mu, absl::Duration timeout)
-    __asm__(NORMSVC_CONDVAR_WAIT_WITH_TIMEOUT);
+NORMSVC_EXPORT bool InterposedWaitWithDeadline(CondVar* cv, Mutex* mu, absl::Time deadline) __asm__(
+    NORMSVC_CONDVAR_WAIT_WITH_DEADLINE);
+NORMSVC_EXPORT bool InterposedWaitWithTimeout(
+    CondVar* cv, Mutex* mu, absl::Duration timeout) __asm__(NORMSVC_CONDVAR_WAIT_WITH_TIMEOUT);
 
 void InterposedLock(Mutex* mu) {
   const Outermost outermost;
