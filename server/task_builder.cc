@@ -8,21 +8,29 @@ namespace {
 
 int64_t Size(kernels::DType dtype) { return static_cast<int64_t>(kernels::DTypeSize(dtype)); }
 
+// The fields every task carries, whatever its kind.
+std::unique_ptr<Task> NewTask(TaskKind kind, const TensorView& input,
+                              std::shared_ptr<const ParameterSet> parameters, absl::Time deadline,
+                              TaskSink* sink) {
+  auto task = std::make_unique<Task>();
+  task->kind = kind;
+  task->rows = input.rows;
+  task->hidden = input.hidden;
+  task->deadline = deadline;
+  task->sink = sink;
+  task->parameters = std::move(parameters);
+  return task;
+}
+
 }  // namespace
 
 std::unique_ptr<Task> BuildForwardTask(const ForwardPlan& plan, const v1::NormalizeRequest& request,
                                        v1::NormalizeResponse* response, absl::Time deadline,
                                        TaskSink* sink) {
-  auto task = std::make_unique<Task>();
   const TensorView& in = plan.input;
   const auto& shape = request.input().shape();
   const int rank = shape.size();
-  task->kind = TaskKind::kForward;
-  task->rows = in.rows;
-  task->hidden = in.hidden;
-  task->deadline = deadline;
-  task->sink = sink;
-  task->parameters = plan.parameters.set;
+  std::unique_ptr<Task> task = NewTask(TaskKind::kForward, in, plan.parameters.set, deadline, sink);
 
   kernels::ForwardSegment& s = task->forward;
   s.op = plan.op;
@@ -69,15 +77,10 @@ std::unique_ptr<Task> BuildBackwardTask(const BackwardPlan& plan,
                                         const v1::NormalizeBackwardRequest& request,
                                         v1::NormalizeBackwardResponse* response,
                                         absl::Time deadline, TaskSink* sink) {
-  auto task = std::make_unique<Task>();
   const TensorView& in = plan.input;
   const auto& shape = request.input().shape();
-  task->kind = TaskKind::kBackward;
-  task->rows = in.rows;
-  task->hidden = in.hidden;
-  task->deadline = deadline;
-  task->sink = sink;
-  task->parameters = plan.parameters.set;
+  std::unique_ptr<Task> task =
+      NewTask(TaskKind::kBackward, in, plan.parameters.set, deadline, sink);
 
   kernels::BackwardArgs& b = task->backward;
   b.op = plan.op;
