@@ -27,4 +27,4 @@ if [ "$rc" -ne 0 ]; then
 fi
 PYTHONUNBUFFERED=1 timeout 110 python3 kernels/bench/compare_torch.py \
   --bench .gpu/bin/kernels/bench/norm_bench --lib "$lib" --out "$out/round.json" \
-  --bench-args "$*" 2>&1 | tee "$out/bench.log" | tail -n 60
+  --bench-args="$*" 2>&1 | tee "$out/bench.log" | tail -n 60

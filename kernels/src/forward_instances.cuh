@@ -4,6 +4,7 @@
 
 #include "forward_fast_kernel.cuh"
 #include "forward_kernel.cuh"
+#include "forward_lean_kernel.cuh"
 #include "kernel_registry.h"
 
 namespace normsvc::kernels::detail {
@@ -40,6 +41,20 @@ ForwardKernel FastForwardKernelFor(const KernelPlan& plan) {
     if (plan.slots == 4) return ForwardFastKernel<T, P, 4, kVectorWidth>;
   }
   if (plan.layout == Layout::kStrided && plan.slots == 16) return ForwardFastKernel<T, P, 16, 1>;
+  return nullptr;
+}
+
+// The one-segment kernels (ForwardLeanKernel): the same plans as the
+// specialized ones.
+template <typename T, typename P>
+ForwardKernel LeanForwardKernelFor(const KernelPlan& plan) {
+  constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
+  if (plan.layout == Layout::kVector && plan.width == kVectorWidth) {
+    if (plan.slots == 1) return ForwardLeanKernel<T, P, 1, kVectorWidth>;
+    if (plan.slots == 2) return ForwardLeanKernel<T, P, 2, kVectorWidth>;
+    if (plan.slots == 4) return ForwardLeanKernel<T, P, 4, kVectorWidth>;
+  }
+  if (plan.layout == Layout::kStrided && plan.slots == 16) return ForwardLeanKernel<T, P, 16, 1>;
   return nullptr;
 }
 

@@ -36,6 +36,12 @@ ForwardKernel FindForwardKernelBF16(const KernelPlan& plan);
 ForwardKernel FindFastForwardKernelF32(const KernelPlan& plan, DType param_dtype);
 ForwardKernel FindFastForwardKernelF16(const KernelPlan& plan, DType param_dtype);
 ForwardKernel FindFastForwardKernelBF16(const KernelPlan& plan, DType param_dtype);
+// The one-segment kernel (ForwardLeanKernel) for the plans the specialized
+// kernel covers; null otherwise.
+ForwardKernel FindLeanForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype);
+ForwardKernel FindLeanForwardKernelF32(const KernelPlan& plan, DType param_dtype);
+ForwardKernel FindLeanForwardKernelF16(const KernelPlan& plan, DType param_dtype);
+ForwardKernel FindLeanForwardKernelBF16(const KernelPlan& plan, DType param_dtype);
 BackwardKernel FindBackwardKernelF32(const KernelPlan& plan);
 BackwardKernel FindBackwardKernelF16(const KernelPlan& plan);
 BackwardKernel FindBackwardKernelBF16(const KernelPlan& plan);

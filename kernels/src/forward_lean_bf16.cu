@@ -1,0 +1,11 @@
+// One-segment forward kernels for bf16 activations (gamma/beta bf16 or fp32).
+#include "forward_instances.cuh"
+
+namespace normsvc::kernels::detail {
+
+ForwardKernel FindLeanForwardKernelBF16(const KernelPlan& plan, DType param_dtype) {
+  return param_dtype == DType::kF32 ? LeanForwardKernelFor<__nv_bfloat16, float>(plan)
+                                    : LeanForwardKernelFor<__nv_bfloat16, __nv_bfloat16>(plan);
+}
+
+}  // namespace normsvc::kernels::detail

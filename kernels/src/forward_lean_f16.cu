@@ -1,0 +1,11 @@
+// One-segment forward kernels for fp16 activations (gamma/beta fp16 or fp32).
+#include "forward_instances.cuh"
+
+namespace normsvc::kernels::detail {
+
+ForwardKernel FindLeanForwardKernelF16(const KernelPlan& plan, DType param_dtype) {
+  return param_dtype == DType::kF32 ? LeanForwardKernelFor<__half, float>(plan)
+                                    : LeanForwardKernelFor<__half, __half>(plan);
+}
+
+}  // namespace normsvc::kernels::detail

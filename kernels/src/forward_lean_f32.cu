@@ -1,0 +1,10 @@
+// One-segment forward kernels for fp32 activations (gamma/beta fp32).
+#include "forward_instances.cuh"
+
+namespace normsvc::kernels::detail {
+
+ForwardKernel FindLeanForwardKernelF32(const KernelPlan& plan, DType param_dtype) {
+  return param_dtype == DType::kF32 ? LeanForwardKernelFor<float, float>(plan) : nullptr;
+}
+
+}  // namespace normsvc::kernels::detail

@@ -1,0 +1,140 @@
+// Forward kernel for one segment of the common case, built for occupancy.
+//
+// Covers what ForwardFastKernel covers (output in the x dtype T, gamma/beta
+// in P, the vector layout with 16-byte accesses or the 16-slot strided
+// layout), when the launch holds exactly one segment: a whole tensor, the
+// shape the large-batch benchmark and single-request batches take.
+//
+// Why a separate kernel: the persistent kernels keep the next row in
+// registers and a gamma/beta cache in shared memory, and handle segment
+// tables; that costs up to 128 registers a thread and leaves 16 warps on an
+// SM, too few to hide the latency of the loads and of the two row
+// reductions (the profile in BENCHMARKS.md). Here a block takes one row
+// group at a time from a grid sized to the rows, holds only the current
+// rows, reads gamma/beta through the read-only cache after the statistics,
+// and is compiled for at most 64 registers (2 blocks of 512 or 4 of 256
+// threads per SM), so the hardware overlaps the loads of one block with the
+// arithmetic and reductions of others.
+//
+// The arithmetic is the general kernel's, operation for operation
+// (RowStatistics, NormalizedValue, ApplyAffine) with the same thread mapping
+// (the plan), so a row gives the same bits here as in a multi-segment launch
+// or on the general path (batch invariance).
+#pragma once
+
+#include "forward_kernel.cuh"
+
+namespace normsvc::kernels::detail {
+
+template <typename T, typename P, int V, int W, bool kLayerNorm, bool kGamma, bool kBeta>
+__device__ __forceinline__ void WriteLeanRow(const DeviceSegment& s, T* out,
+                                             const Pack<T, W> (&v)[V], const RowStats& stats,
+                                             const RowTeam& team, int chunks) {
+  const P* gamma = static_cast<const P*>(s.gamma);
+  const P* beta = static_cast<const P*>(s.beta);
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int chunk = k * team.row_threads + team.rank;
+    if (chunk >= chunks) continue;
+    const int64_t index = static_cast<int64_t>(chunk) * W;
+    float g[W] = {};
+    float b[W] = {};
+    if constexpr (kGamma) LoadParamsAs<P, W>(gamma + index, true, g);
+    if constexpr (kBeta) LoadParamsAs<P, W>(beta + index, true, b);
+    Pack<T, W> y;
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      const float n = NormalizedValue(ToFloat(v[k].e[j]), stats, kLayerNorm);
+      y.e[j] = FromFloat<T>(ApplyAffine(n, g[j], b[j], kGamma, kBeta));
+    }
+    StoreFastChunk<T, W>(out + index, y);
+  }
+}
+
+template <typename T, typename P, int V, int W, bool kLayerNorm>
+__device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& scratch) {
+  const DeviceSegment& s = p.single;
+  const RowTeam team = MakeTeam(p.shape);
+  const RowSchedule schedule = MakeSchedule(p.shape, p.total_rows);
+  const int chunks = s.hidden / W;
+  const bool has_gamma = s.gamma != nullptr;
+  const bool has_beta = kLayerNorm && s.beta != nullptr;
+  for (int it = 0; it < schedule.iterations; ++it) {
+    const int64_t row = schedule.FirstRowOf(it) + team.group;
+    const bool active = row < p.total_rows;
+    const T* x = static_cast<const T*>(s.x) + row * s.x_stride;
+    const T* residual =
+        s.residual ? static_cast<const T*>(s.residual) + row * s.residual_stride : nullptr;
+    Pack<T, W> v[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const int chunk = k * team.row_threads + team.rank;
+      if (active && chunk < chunks) {
+        v[k] = LoadFastChunk<T, W>(x + static_cast<int64_t>(chunk) * W);
+      } else {
+#pragma unroll
+        for (int j = 0; j < W; ++j) v[k].e[j] = FromFloat<T>(0.0f);
+      }
+    }
+    if (residual != nullptr && active) {
+      T* residual_out = s.residual_out
+                            ? static_cast<T*>(s.residual_out) + row * s.residual_out_stride
+                            : nullptr;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const int chunk = k * team.row_threads + team.rank;
+        if (chunk < chunks) {
+          const int64_t index = static_cast<int64_t>(chunk) * W;
+          const Pack<T, W> res = LoadFastChunk<T, W>(residual + index);
+#pragma unroll
+          for (int j = 0; j < W; ++j) {
+            v[k].e[j] = FromFloat<T>(ToFloat(v[k].e[j]) + ToFloat(res.e[j]));
+          }
+          if (residual_out != nullptr) StoreFastChunk<T, W>(residual_out + index, v[k]);
+        }
+      }
+    }
+    // Every thread of the block reaches the reductions, active row or not.
+    const RowStats stats = RowStatistics<T, V, W>(v, chunks, s.hidden, s.epsilon, kLayerNorm, team,
+                                                  scratch, (it & 1) * 2);
+    if (!active) continue;
+    T* out = static_cast<T*>(s.out) + row * s.out_stride;
+    if (has_gamma && has_beta) {
+      WriteLeanRow<T, P, V, W, kLayerNorm, true, true>(s, out, v, stats, team, chunks);
+    } else if (has_gamma) {
+      WriteLeanRow<T, P, V, W, kLayerNorm, true, false>(s, out, v, stats, team, chunks);
+    } else if (has_beta) {
+      WriteLeanRow<T, P, V, W, kLayerNorm, false, true>(s, out, v, stats, team, chunks);
+    } else {
+      WriteLeanRow<T, P, V, W, kLayerNorm, false, false>(s, out, v, stats, team, chunks);
+    }
+    if (team.rank == 0) {
+      if (s.mean != nullptr) s.mean[row] = stats.mean_hi + stats.mean_lo;
+      if (s.rstd != nullptr) s.rstd[row] = stats.rstd;
+    }
+  }
+}
+
+// At most 64 registers a thread (kLeanMinBlocks blocks of 512 threads per SM).
+// NORMSVC_LEAN_MIN_BLOCKS overrides it for tuning builds (norm_bench_lean<N>).
+inline constexpr int kLeanMaxThreads = 512;
+#ifdef NORMSVC_LEAN_MIN_BLOCKS
+inline constexpr int kLeanMinBlocks = NORMSVC_LEAN_MIN_BLOCKS;
+#else
+inline constexpr int kLeanMinBlocks = 2;
+#endif
+
+template <typename T, typename P, int V, int W>
+__global__ void __launch_bounds__(kLeanMaxThreads, kLeanMinBlocks)
+    ForwardLeanKernel(const __grid_constant__ ForwardParams p) {
+  __shared__ ReduceScratch scratch;
+  if (p.op == static_cast<uint8_t>(NormOp::kLayerNorm)) {
+    LeanRows<T, P, V, W, true>(p, scratch);
+  } else {
+    LeanRows<T, P, V, W, false>(p, scratch);
+  }
+  // No block of a cluster may exit while another still reads its shared memory.
+  if (p.shape.cluster > 1) ClusterSync();
+}
+
+}  // namespace normsvc::kernels::detail
