@@ -1,15 +1,39 @@
 #include "server/batch_worker.h"
 
+#include <atomic>
+
+#include "absl/time/clock.h"
 #include "server/log.h"
 
 namespace normsvc::server {
+namespace {
+
+// Every task of `batch` learns how the batch ran (Task::execution).
+void StampExecution(Batch& batch, const BatchResult& result) {
+  static std::atomic<uint64_t> next_id{1};
+  BatchExecution execution;
+  execution.id = next_id.fetch_add(1, std::memory_order_relaxed);
+  execution.started_at = result.run_started_at;
+  execution.finished_at = result.run_finished_at;
+  execution.rows = batch.rows;
+  execution.tasks = static_cast<int64_t>(batch.tasks.size());
+  execution.h2d_seconds = result.h2d_seconds;
+  execution.kernel_seconds = result.kernel_seconds;
+  execution.d2h_seconds = result.d2h_seconds;
+  for (const std::unique_ptr<Task>& task : batch.tasks) task->execution = execution;
+}
+
+}  // namespace
 
 BatchResult ExecuteBatch(Executor& executor, const DeviceMetrics& metrics, const Batch& batch,
                          int slot) {
   metrics.batch_rows->Observe(static_cast<double>(batch.rows));
   metrics.batch_requests->Observe(static_cast<double>(batch.tasks.size()));
   metrics.batches_in_flight->Increment();
+  const absl::Time started = absl::Now();
   BatchResult result = executor.Run(batch, slot);
+  result.run_started_at = started;
+  result.run_finished_at = absl::Now();
   metrics.batches_in_flight->Decrement();
 
   if (result.h2d_seconds) metrics.batch_h2d_seconds->Observe(*result.h2d_seconds);
@@ -35,6 +59,7 @@ void FinishBatch(Batcher& batcher, const Executor& executor, Batch batch, BatchR
     result.statuses.assign(batch.tasks.size(),
                            absl::InternalError("executor returned a malformed result"));
   }
+  StampExecution(batch, result);
   if (replies != nullptr) {
     replies->FinishAll(batcher, std::move(batch.tasks), std::move(result.statuses));
     return;

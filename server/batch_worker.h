@@ -24,7 +24,9 @@ namespace normsvc::server {
 BatchResult ExecuteBatch(Executor& executor, const DeviceMetrics& metrics, const Batch& batch,
                          int slot);
 // Finishes every task of `batch` with its status from `result`, in
-// parallel through `replies` when given.
+// parallel through `replies` when given. Each task's sink first learns how
+// the batch ran (TaskSink::OnTaskExecuted: the Run interval ExecuteBatch
+// stamped, the stage timings).
 void FinishBatch(Batcher& batcher, const Executor& executor, Batch batch, BatchResult result,
                  ReplyPool* replies = nullptr);
 // Both, in order: what the worker threads do, and what tests call directly

@@ -199,6 +199,7 @@ void Batcher::Close() {
 void Batcher::Finish(std::unique_ptr<Task> task, const absl::Status& status) {
   if (budget_ != nullptr) budget_->Release(task->memory_bytes());
   TaskSink* sink = task->sink;
+  if (task->execution) sink->OnTaskExecuted(*task->execution);
   // The task (and any parameter set it holds) goes first: after OnTaskDone
   // the request memory its views point into may be gone.
   task.reset();

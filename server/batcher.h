@@ -83,7 +83,8 @@ class Batcher {
   // without waiting for max_queue_delay. Wakes all waiting workers.
   void Close();
 
-  // Releases the task's bytes, reports `status` to its sink and deletes it.
+  // Releases the task's bytes, reports how its batch ran (when it ran) and
+  // `status` to its sink, and deletes it.
   void Finish(std::unique_ptr<Task> task, const absl::Status& status);
 
   // For routing and tests; read without the lock.

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "server/task.h"
 
 namespace normsvc::server {
@@ -28,6 +29,10 @@ struct BatchResult {
   std::optional<double> kernel_seconds;
   std::optional<double> d2h_seconds;
   int64_t kernel_bytes = 0;  // bytes the kernels read and wrote
+  // The wall-clock interval of Executor::Run, stamped by the batch worker
+  // (ExecuteBatch), not by the executor.
+  absl::Time run_started_at;
+  absl::Time run_finished_at;
 };
 
 // What GetServerInfo and the metrics say about an executor's device.

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -18,6 +19,23 @@ namespace normsvc::server {
 
 class ParameterSet;
 
+// How the batch that carried a task ran: stamped by the batch worker around
+// Executor::Run, copied into each of the batch's tasks, and shown to the
+// task's sink just before OnTaskDone. Statistics that split a request's time
+// into queue and compute (KServe's ModelStatistics) read it.
+struct BatchExecution {
+  uint64_t id = 0;         // one per batch run, unique in the process
+  absl::Time started_at;   // Executor::Run called
+  absl::Time finished_at;  // Executor::Run returned
+  int64_t rows = 0;        // rows of the whole batch
+  int64_t tasks = 0;       // tasks of the whole batch
+  // The executor's stage timings (BatchResult), absent where a stage does
+  // not exist.
+  std::optional<double> h2d_seconds;
+  std::optional<double> kernel_seconds;
+  std::optional<double> d2h_seconds;
+};
+
 // Implemented by the RPC layer: where a task's outcome goes.
 class TaskSink {
  public:
@@ -27,6 +45,10 @@ class TaskSink {
   // written (or not, on error). Once it returns the caller touches neither
   // the sink nor the request and response memory again.
   virtual void OnTaskDone(const absl::Status& status) = 0;
+  // Called at most once per task, just before OnTaskDone and on the same
+  // thread, when the task ran in a batch (whatever its status). Sinks that
+  // keep no per-stage statistics ignore it.
+  virtual void OnTaskExecuted(const BatchExecution& /*execution*/) {}
 
  protected:
   ~TaskSink() = default;
@@ -55,6 +77,8 @@ struct Task {
   absl::Time deadline = absl::InfiniteFuture();
   absl::Time enqueued_at;
   TaskSink* sink = nullptr;
+  // Set by the batch worker once the task's batch has run (FinishBatch).
+  std::optional<BatchExecution> execution;
 
   // Memory the task pins while accepted: counted against max_queued_bytes.
   int64_t memory_bytes() const { return input_bytes + output_bytes; }
