@@ -2,7 +2,6 @@
 // of (layout, slots) pairs here is exactly what PlanForward produces.
 #pragma once
 
-#include "forward_fast_kernel.cuh"
 #include "forward_kernel.cuh"
 #include "forward_lean_kernel.cuh"
 #include "kernel_registry.h"
@@ -32,30 +31,23 @@ ForwardKernel ForwardKernelFor(const KernelPlan& plan) {
 
 // The specialized kernels (see UsesFastForward in kernel_registry.h), with
 // gamma/beta in dtype P.
-template <typename T, typename P>
-ForwardKernel FastForwardKernelFor(const KernelPlan& plan) {
-  constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
-  if (plan.layout == Layout::kVector && plan.width == kVectorWidth) {
-    if (plan.slots == 1) return ForwardFastKernel<T, P, 1, kVectorWidth>;
-    if (plan.slots == 2) return ForwardFastKernel<T, P, 2, kVectorWidth>;
-    if (plan.slots == 4) return ForwardFastKernel<T, P, 4, kVectorWidth>;
-  }
-  if (plan.layout == Layout::kStrided && plan.slots == 16) return ForwardFastKernel<T, P, 16, 1>;
-  return nullptr;
-}
-
-// The one-segment kernels (ForwardLeanKernel): the same plans as the
-// specialized ones.
-template <typename T, typename P>
+template <typename T, typename P, bool kSingle>
 ForwardKernel LeanForwardKernelFor(const KernelPlan& plan) {
   constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
   if (plan.layout == Layout::kVector && plan.width == kVectorWidth) {
-    if (plan.slots == 1) return ForwardLeanKernel<T, P, 1, kVectorWidth>;
-    if (plan.slots == 2) return ForwardLeanKernel<T, P, 2, kVectorWidth>;
-    if (plan.slots == 4) return ForwardLeanKernel<T, P, 4, kVectorWidth>;
+    if (plan.slots == 1) return ForwardLeanKernel<T, P, 1, kVectorWidth, kSingle>;
+    if (plan.slots == 2) return ForwardLeanKernel<T, P, 2, kVectorWidth, kSingle>;
+    if (plan.slots == 4) return ForwardLeanKernel<T, P, 4, kVectorWidth, kSingle>;
   }
-  if (plan.layout == Layout::kStrided && plan.slots == 16) return ForwardLeanKernel<T, P, 16, 1>;
+  if (plan.layout == Layout::kStrided && plan.slots == 16) {
+    return ForwardLeanKernel<T, P, 16, 1, kSingle>;
+  }
   return nullptr;
+}
+
+template <typename T, typename P>
+ForwardKernel LeanForwardKernelFor(const KernelPlan& plan, bool single) {
+  return single ? LeanForwardKernelFor<T, P, true>(plan) : LeanForwardKernelFor<T, P, false>(plan);
 }
 
 }  // namespace normsvc::kernels::detail

@@ -75,7 +75,7 @@ __device__ __forceinline__ Pack<T, W> LoadInput(const RowPointers<T>& r, int64_t
 // The arithmetic every forward path shares, written with explicit
 // round-to-nearest intrinsics so that no path lets the compiler contract a
 // different pair of operations into an FMA: the specialized kernel
-// (forward_fast_kernel.cuh) and this general one give the same bits for the
+// (forward_lean_kernel.cuh) and this general one give the same bits for the
 // same row, which keeps aligned and misaligned copies of a row identical.
 __device__ __forceinline__ float NormalizedValue(float value, const RowStats& stats,
                                                  bool layer_norm) {

@@ -15,27 +15,18 @@
 namespace normsvc::kernels {
 namespace detail {
 
-ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, bool fast,
-                                DType param_dtype) {
+ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, bool fast, DType param_dtype,
+                                bool single_segment) {
   switch (x_dtype) {
     case DType::kF32:
-      return fast ? FindFastForwardKernelF32(plan, param_dtype) : FindForwardKernelF32(plan);
+      return fast ? FindLeanForwardKernelF32(plan, param_dtype, single_segment)
+                  : FindForwardKernelF32(plan);
     case DType::kF16:
-      return fast ? FindFastForwardKernelF16(plan, param_dtype) : FindForwardKernelF16(plan);
+      return fast ? FindLeanForwardKernelF16(plan, param_dtype, single_segment)
+                  : FindForwardKernelF16(plan);
     case DType::kBF16:
-      return fast ? FindFastForwardKernelBF16(plan, param_dtype) : FindForwardKernelBF16(plan);
-  }
-  return nullptr;
-}
-
-ForwardKernel FindLeanForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype) {
-  switch (x_dtype) {
-    case DType::kF32:
-      return FindLeanForwardKernelF32(plan, param_dtype);
-    case DType::kF16:
-      return FindLeanForwardKernelF16(plan, param_dtype);
-    case DType::kBF16:
-      return FindLeanForwardKernelBF16(plan, param_dtype);
+      return fast ? FindLeanForwardKernelBF16(plan, param_dtype, single_segment)
+                  : FindForwardKernelBF16(plan);
   }
   return nullptr;
 }
@@ -108,31 +99,27 @@ DeviceSegment ToDevice(const ForwardSegment& s, const KernelPlan& plan, int64_t 
   return d;
 }
 
-// The row-register kernels are persistent: at most one wave of blocks, each
+// The specialized kernel (fast) takes a grid of one block (or cluster) per
+// row group, up to kMaxFastUnits of them looping over the rest. The general
+// row-register kernels are persistent: at most one wave of blocks, each
 // looping over its rows (a row's arithmetic does not depend on which block
 // or iteration handles it), with a per-thread gamma/beta cache in dynamic
 // shared memory. The streamed kernel takes one block per row.
-//
-// A single segment on the specialized path takes the one-segment kernel
-// instead: a grid of one block (or cluster) per row group, up to
-// kMaxLeanUnits of them looping over the rest.
-constexpr int64_t kMaxLeanUnits = int64_t{1} << 20;
+constexpr int64_t kMaxFastUnits = int64_t{1} << 20;
 
 Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, bool fast,
                       const ForwardParams& params, cudaStream_t stream) {
-  const int64_t units_needed =
-      plan.cluster > 1 ? params.total_rows : (params.total_rows + plan.groups - 1) / plan.groups;
-  if (fast && params.segment_count == 1 && plan.layout != Layout::kStreamed) {
-    const detail::ForwardKernel lean = detail::FindLeanForwardKernel(x_dtype, plan, param_dtype);
-    if (lean != nullptr) {
-      return detail::LaunchWithPlan(lean, plan, std::min(units_needed, kMaxLeanUnits) * plan.cluster,
-                                    0, params, stream);
-    }
-  }
-  const detail::ForwardKernel kernel = detail::FindForwardKernel(x_dtype, plan, fast, param_dtype);
+  const detail::ForwardKernel kernel =
+      detail::FindForwardKernel(x_dtype, plan, fast, param_dtype, params.segment_count == 1);
   if (kernel == nullptr) return Status(Code::kInternal, "no forward kernel for this plan");
   if (plan.layout == Layout::kStreamed) {
     return detail::LaunchWithPlan(kernel, plan, params.total_rows, 0, params, stream);
+  }
+  const int64_t units_needed =
+      plan.cluster > 1 ? params.total_rows : (params.total_rows + plan.groups - 1) / plan.groups;
+  if (fast) {
+    return detail::LaunchWithPlan(
+        kernel, plan, std::min(units_needed, kMaxFastUnits) * plan.cluster, 0, params, stream);
   }
   const std::size_t smem = detail::ParamCacheBytes(
       plan.slots, plan.width, static_cast<int>(DTypeSize(param_dtype)), plan.block_threads);

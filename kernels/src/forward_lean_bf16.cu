@@ -3,9 +3,10 @@
 
 namespace normsvc::kernels::detail {
 
-ForwardKernel FindLeanForwardKernelBF16(const KernelPlan& plan, DType param_dtype) {
-  return param_dtype == DType::kF32 ? LeanForwardKernelFor<__nv_bfloat16, float>(plan)
-                                    : LeanForwardKernelFor<__nv_bfloat16, __nv_bfloat16>(plan);
+ForwardKernel FindLeanForwardKernelBF16(const KernelPlan& plan, DType param_dtype, bool single) {
+  return param_dtype == DType::kF32
+             ? LeanForwardKernelFor<__nv_bfloat16, float>(plan, single)
+             : LeanForwardKernelFor<__nv_bfloat16, __nv_bfloat16>(plan, single);
 }
 
 }  // namespace normsvc::kernels::detail

@@ -3,9 +3,9 @@
 
 namespace normsvc::kernels::detail {
 
-ForwardKernel FindLeanForwardKernelF16(const KernelPlan& plan, DType param_dtype) {
-  return param_dtype == DType::kF32 ? LeanForwardKernelFor<__half, float>(plan)
-                                    : LeanForwardKernelFor<__half, __half>(plan);
+ForwardKernel FindLeanForwardKernelF16(const KernelPlan& plan, DType param_dtype, bool single) {
+  return param_dtype == DType::kF32 ? LeanForwardKernelFor<__half, float>(plan, single)
+                                    : LeanForwardKernelFor<__half, __half>(plan, single);
 }
 
 }  // namespace normsvc::kernels::detail

@@ -3,8 +3,8 @@
 
 namespace normsvc::kernels::detail {
 
-ForwardKernel FindLeanForwardKernelF32(const KernelPlan& plan, DType param_dtype) {
-  return param_dtype == DType::kF32 ? LeanForwardKernelFor<float, float>(plan) : nullptr;
+ForwardKernel FindLeanForwardKernelF32(const KernelPlan& plan, DType param_dtype, bool single) {
+  return param_dtype == DType::kF32 ? LeanForwardKernelFor<float, float>(plan, single) : nullptr;
 }
 
 }  // namespace normsvc::kernels::detail

@@ -1,20 +1,23 @@
-// Forward kernel for one segment of the common case, built for occupancy.
+// Forward kernel for the common case, built for occupancy.
 //
-// Covers what ForwardFastKernel covers (output in the x dtype T, gamma/beta
-// in P, the vector layout with 16-byte accesses or the 16-slot strided
-// layout), when the launch holds exactly one segment: a whole tensor, the
-// shape the large-batch benchmark and single-request batches take.
+// Covers segments whose output dtype is the x dtype T and whose gamma/beta
+// have dtype P (T or fp32), in the vector layout with 16-byte accesses (every
+// pointer and row pitch of the segment aligned) or in the strided layout
+// (element-wise by construction); one segment (a whole tensor) or many (a
+// server batch, through the segment table). Everything else takes
+// ForwardRowsKernel (forward_kernel.cuh).
 //
-// Why a separate kernel: the persistent kernels keep the next row in
-// registers and a gamma/beta cache in shared memory, and handle segment
-// tables; that costs up to 128 registers a thread and leaves 16 warps on an
-// SM, too few to hide the latency of the loads and of the two row
-// reductions (the profile in BENCHMARKS.md). Here a block takes one row
-// group at a time from a grid sized to the rows, holds only the current
-// rows, reads gamma/beta through the read-only cache after the statistics,
-// and is compiled for at most 64 registers (2 blocks of 512 or 4 of 256
-// threads per SM), so the hardware overlaps the loads of one block with the
-// arithmetic and reductions of others.
+// Why it is shaped this way: the persistent general kernel keeps the next row
+// in registers and a gamma/beta cache in shared memory; that costs up to 128
+// registers a thread and leaves 16 warps on an SM, too few to hide the
+// latency of the loads and of the row reductions (the profile in
+// BENCHMARKS.md). Here a block takes one row group at a time from a grid
+// sized to the rows, holds only the current rows, reads gamma/beta through
+// the read-only cache after the statistics, and is compiled for at most 64
+// registers (2 blocks of 512 or 4 of 256 threads per SM), so the hardware
+// overlaps the loads of one block with the arithmetic and reductions of
+// others. The op and the single-segment case are decided once per launch;
+// the presence of gamma/beta and of the residual once per row.
 //
 // The arithmetic is the general kernel's, operation for operation
 // (RowStatistics, NormalizedValue, ApplyAffine) with the same thread mapping
@@ -23,8 +26,29 @@
 #pragma once
 
 #include "forward_kernel.cuh"
+#include "segment_lookup.cuh"
 
 namespace normsvc::kernels::detail {
+
+template <typename T, int W>
+__device__ __forceinline__ Pack<T, W> LoadFastChunk(const T* p) {
+  Pack<T, W> pack;
+  if constexpr (W == 1) {
+    pack.e[0] = LoadStreaming(p);
+  } else {
+    LoadPackVector<T, W>(p, pack);
+  }
+  return pack;
+}
+
+template <typename T, int W>
+__device__ __forceinline__ void StoreFastChunk(T* p, const Pack<T, W>& pack) {
+  if constexpr (W == 1) {
+    StoreStreaming(p, pack.e[0]);
+  } else {
+    StorePackVector<T, W>(p, pack);
+  }
+}
 
 template <typename T, typename P, int V, int W, bool kLayerNorm, bool kGamma, bool kBeta>
 __device__ __forceinline__ void WriteLeanRow(const DeviceSegment& s, T* out,
@@ -52,19 +76,38 @@ __device__ __forceinline__ void WriteLeanRow(const DeviceSegment& s, T* out,
 }
 
 template <typename T, typename P, int V, int W, bool kLayerNorm>
-__device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& scratch) {
-  const DeviceSegment& s = p.single;
-  const RowTeam team = MakeTeam(p.shape);
-  const RowSchedule schedule = MakeSchedule(p.shape, p.total_rows);
-  const int chunks = s.hidden / W;
+__device__ __forceinline__ void WriteLeanRowAffine(const DeviceSegment& s, T* out,
+                                                   const Pack<T, W> (&v)[V], const RowStats& stats,
+                                                   const RowTeam& team, int chunks) {
   const bool has_gamma = s.gamma != nullptr;
   const bool has_beta = kLayerNorm && s.beta != nullptr;
+  if (has_gamma && has_beta) {
+    WriteLeanRow<T, P, V, W, kLayerNorm, true, true>(s, out, v, stats, team, chunks);
+  } else if (has_gamma) {
+    WriteLeanRow<T, P, V, W, kLayerNorm, true, false>(s, out, v, stats, team, chunks);
+  } else if (has_beta) {
+    WriteLeanRow<T, P, V, W, kLayerNorm, false, true>(s, out, v, stats, team, chunks);
+  } else {
+    WriteLeanRow<T, P, V, W, kLayerNorm, false, false>(s, out, v, stats, team, chunks);
+  }
+}
+
+template <typename T, typename P, int V, int W, bool kLayerNorm, bool kSingle>
+__device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& scratch) {
+  const RowTeam team = MakeTeam(p.shape);
+  const RowSchedule schedule = MakeSchedule(p.shape, p.total_rows);
   for (int it = 0; it < schedule.iterations; ++it) {
-    const int64_t row = schedule.FirstRowOf(it) + team.group;
+    const int64_t block_row = schedule.FirstRowOf(it);
+    const int64_t row = block_row + team.group;
     const bool active = row < p.total_rows;
-    const T* x = static_cast<const T*>(s.x) + row * s.x_stride;
-    const T* residual =
-        s.residual ? static_cast<const T*>(s.residual) + row * s.residual_stride : nullptr;
+    int64_t r = row;  // the row within its segment
+    const DeviceSegment* segment = &p.single;
+    if constexpr (!kSingle) {
+      segment = LocateSegment(p, block_row, active ? row : p.total_rows - 1, it & 1, &r);
+    }
+    const DeviceSegment& s = *segment;
+    const int chunks = s.hidden / W;
+    const T* x = static_cast<const T*>(s.x) + r * s.x_stride;
     Pack<T, W> v[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) {
@@ -76,10 +119,10 @@ __device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& 
         for (int j = 0; j < W; ++j) v[k].e[j] = FromFloat<T>(0.0f);
       }
     }
-    if (residual != nullptr && active) {
-      T* residual_out = s.residual_out
-                            ? static_cast<T*>(s.residual_out) + row * s.residual_out_stride
-                            : nullptr;
+    if (s.residual != nullptr && active) {
+      const T* residual = static_cast<const T*>(s.residual) + r * s.residual_stride;
+      T* residual_out =
+          s.residual_out ? static_cast<T*>(s.residual_out) + r * s.residual_out_stride : nullptr;
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         const int chunk = k * team.row_threads + team.rank;
@@ -98,24 +141,18 @@ __device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& 
     const RowStats stats = RowStatistics<T, V, W>(v, chunks, s.hidden, s.epsilon, kLayerNorm, team,
                                                   scratch, (it & 1) * 2);
     if (!active) continue;
-    T* out = static_cast<T*>(s.out) + row * s.out_stride;
-    if (has_gamma && has_beta) {
-      WriteLeanRow<T, P, V, W, kLayerNorm, true, true>(s, out, v, stats, team, chunks);
-    } else if (has_gamma) {
-      WriteLeanRow<T, P, V, W, kLayerNorm, true, false>(s, out, v, stats, team, chunks);
-    } else if (has_beta) {
-      WriteLeanRow<T, P, V, W, kLayerNorm, false, true>(s, out, v, stats, team, chunks);
-    } else {
-      WriteLeanRow<T, P, V, W, kLayerNorm, false, false>(s, out, v, stats, team, chunks);
-    }
+    T* out = static_cast<T*>(s.out) + r * s.out_stride;
+    WriteLeanRowAffine<T, P, V, W, kLayerNorm>(s, out, v, stats, team, chunks);
     if (team.rank == 0) {
-      if (s.mean != nullptr) s.mean[row] = stats.mean_hi + stats.mean_lo;
-      if (s.rstd != nullptr) s.rstd[row] = stats.rstd;
+      if (s.mean != nullptr) s.mean[r] = stats.mean_hi + stats.mean_lo;
+      if (s.rstd != nullptr) s.rstd[r] = stats.rstd;
     }
   }
 }
 
-// At most 64 registers a thread (kLeanMinBlocks blocks of 512 threads per SM).
+// At most 64 registers a thread (kLeanMinBlocks blocks of 512 threads per SM)
+// in the vector layout; the strided layout's 16 one-element slots, each with
+// its own address, keep the 128-register budget (at 64 they spill 2 KB).
 // NORMSVC_LEAN_MIN_BLOCKS overrides it for tuning builds (norm_bench_lean<N>).
 inline constexpr int kLeanMaxThreads = 512;
 #ifdef NORMSVC_LEAN_MIN_BLOCKS
@@ -124,14 +161,17 @@ inline constexpr int kLeanMinBlocks = NORMSVC_LEAN_MIN_BLOCKS;
 inline constexpr int kLeanMinBlocks = 2;
 #endif
 
-template <typename T, typename P, int V, int W>
-__global__ void __launch_bounds__(kLeanMaxThreads, kLeanMinBlocks)
+// kSingle: the launch holds one segment (read from the parameters); else the
+// segment table. Two kernels rather than a branch, so that the table's extra
+// registers do not cost the one-segment case.
+template <typename T, typename P, int V, int W, bool kSingle>
+__global__ void __launch_bounds__(kLeanMaxThreads, W == 1 ? 1 : kLeanMinBlocks)
     ForwardLeanKernel(const __grid_constant__ ForwardParams p) {
   __shared__ ReduceScratch scratch;
   if (p.op == static_cast<uint8_t>(NormOp::kLayerNorm)) {
-    LeanRows<T, P, V, W, true>(p, scratch);
+    LeanRows<T, P, V, W, true, kSingle>(p, scratch);
   } else {
-    LeanRows<T, P, V, W, false>(p, scratch);
+    LeanRows<T, P, V, W, false, kSingle>(p, scratch);
   }
   // No block of a cluster may exit while another still reads its shared memory.
   if (p.shape.cluster > 1) ClusterSync();

@@ -12,7 +12,7 @@ namespace normsvc::kernels::detail {
 using ForwardKernel = void (*)(ForwardParams);
 using BackwardKernel = void (*)(BackwardParams);
 
-// Whether a forward segment takes the specialized kernel (ForwardFastKernel):
+// Whether a forward segment takes the specialized kernel (ForwardLeanKernel):
 // output in the x dtype, and either the vector layout with 16-byte accesses
 // allowed (`vectorized`) or the 16-slot strided layout. A function of the
 // plan, the dtypes and the alignment only; both kernels give the same bits.
@@ -26,22 +26,16 @@ inline bool UsesFastForward(const KernelPlan& plan, DType x_dtype, DType out_dty
 // Null when no instantiation matches the plan (a planning bug: the launcher
 // reports kInternal). `fast`: the specialized kernel, gamma/beta in
 // `param_dtype`; otherwise the general one.
-ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, bool fast,
-                                DType param_dtype);
+ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, bool fast, DType param_dtype,
+                                bool single_segment);
 BackwardKernel FindBackwardKernel(DType x_dtype, const KernelPlan& plan);
 
 ForwardKernel FindForwardKernelF32(const KernelPlan& plan);
 ForwardKernel FindForwardKernelF16(const KernelPlan& plan);
 ForwardKernel FindForwardKernelBF16(const KernelPlan& plan);
-ForwardKernel FindFastForwardKernelF32(const KernelPlan& plan, DType param_dtype);
-ForwardKernel FindFastForwardKernelF16(const KernelPlan& plan, DType param_dtype);
-ForwardKernel FindFastForwardKernelBF16(const KernelPlan& plan, DType param_dtype);
-// The one-segment kernel (ForwardLeanKernel) for the plans the specialized
-// kernel covers; null otherwise.
-ForwardKernel FindLeanForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype);
-ForwardKernel FindLeanForwardKernelF32(const KernelPlan& plan, DType param_dtype);
-ForwardKernel FindLeanForwardKernelF16(const KernelPlan& plan, DType param_dtype);
-ForwardKernel FindLeanForwardKernelBF16(const KernelPlan& plan, DType param_dtype);
+ForwardKernel FindLeanForwardKernelF32(const KernelPlan& plan, DType param_dtype, bool single);
+ForwardKernel FindLeanForwardKernelF16(const KernelPlan& plan, DType param_dtype, bool single);
+ForwardKernel FindLeanForwardKernelBF16(const KernelPlan& plan, DType param_dtype, bool single);
 BackwardKernel FindBackwardKernelF32(const KernelPlan& plan);
 BackwardKernel FindBackwardKernelF16(const KernelPlan& plan);
 BackwardKernel FindBackwardKernelBF16(const KernelPlan& plan);
