@@ -14,11 +14,15 @@ void KserveInference::RunInference(const inference::ModelInferRequest* request,
                                    inference::ModelInferResponse* response, absl::Time deadline) {
   request_ = request;
   response_ = response;
-  start_ = absl::Now();
   timing_ = KserveInferTiming{};
+  timing_.received = absl::Now();
   entered_ = false;
   refused_for_drain_ = false;
   model_name_ = request->model_name();
+  dtype_.reset();
+  for (const auto& input : request->inputs()) {
+    if (input.name() == kKserveInput) dtype_ = KserveDatatypeFromName(input.datatype());
+  }
   normalize_request_.Clear();
   normalize_response_.Clear();
   if (!service_.gate->TryEnter()) {
@@ -39,8 +43,7 @@ void KserveInference::RunInference(const inference::ModelInferRequest* request,
   timing_.rows = plan->input.rows;
   std::unique_ptr<Task> task =
       BuildForwardTask(*plan, normalize_request_, &normalize_response_, deadline, this);
-  scheduled_at_ = absl::Now();
-  timing_.input = scheduled_at_ - start_;
+  timing_.accepted = absl::Now();
   if (timing_.rows == 0) return Complete(absl::OkStatus());  // nothing to compute
   const absl::Status status = service_.pool->Schedule(task);
   // On OK the task may already be finished and OnInferenceDone called.
@@ -50,22 +53,19 @@ void KserveInference::RunInference(const inference::ModelInferRequest* request,
   }
 }
 
-void KserveInference::OnTaskDone(const absl::Status& status) {
-  timing_.infer = absl::Now() - scheduled_at_;
-  Complete(status);
-}
+void KserveInference::OnTaskDone(const absl::Status& status) { Complete(status); }
 
 void KserveInference::Complete(const absl::Status& status) {
-  const absl::Time output_start = absl::Now();
+  timing_.completed = absl::Now();
   if (status.ok()) ToModelInferResponse(model_, *request_, &normalize_response_, response_);
-  timing_.finished_at = absl::Now();
-  timing_.output = timing_.finished_at - output_start;
-  timing_.total = timing_.finished_at - start_;
+  timing_.replied = absl::Now();
   timing_.ok = status.ok();
   // Only names of models that exist get statistics (the map stays bounded).
-  if (!model_name_.empty() && model_.name == model_name_) {
-    statistics_.Record(model_name_, timing_);
-  }
+  const bool known_model = !model_name_.empty() && model_.name == model_name_;
+  if (known_model) statistics_.Record(model_name_, timing_);
+  service_.metrics->RecordRequest(method_, known_model ? std::optional(model_.op) : std::nullopt,
+                                  dtype_, status.code(), timing_.rows,
+                                  absl::ToDoubleSeconds(timing_.replied - timing_.received));
   model_ = KserveModel{};  // drops the parameter set reference
   if (entered_) service_.gate->Exit();
   OnInferenceDone(status);
@@ -77,7 +77,7 @@ namespace {
 class KserveInferCall final : public grpc::ServerUnaryReactor, public KserveInference {
  public:
   KserveInferCall(ServiceContext& service, KserveStatistics& statistics)
-      : KserveInference(service, statistics) {}
+      : KserveInference(service, statistics, Method::kModelInfer) {}
 
   void OnCancel() override { MarkCancelled(); }
   void OnDone() override { delete this; }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
 
 #include <grpcpp/support/server_callback.h>
 
@@ -15,6 +16,7 @@
 #include "normsvc/v1/normalizer.pb.h"
 #include "server/kserve_models.h"
 #include "server/kserve_statistics.h"
+#include "server/metrics.h"
 #include "server/service_context.h"
 
 namespace grpc {
@@ -25,8 +27,9 @@ namespace normsvc::server {
 
 class KserveInference : public TaskSink {
  public:
-  KserveInference(ServiceContext& service, KserveStatistics& statistics)
-      : service_(service), statistics_(statistics) {}
+  // `method` labels the request metrics: kModelInfer or kModelStreamInfer.
+  KserveInference(ServiceContext& service, KserveStatistics& statistics, Method method)
+      : service_(service), statistics_(statistics), method_(method) {}
 
   // Runs `request` into `response` (both outlive the run). Exactly one
   // OnInferenceDone follows, inline or from a batch worker thread. One run
@@ -35,6 +38,7 @@ class KserveInference : public TaskSink {
                     inference::ModelInferResponse* response, absl::Time deadline);
 
   bool IsCancelled() const final { return cancelled_.load(std::memory_order_relaxed); }
+  void OnTaskExecuted(const BatchExecution& execution) final { timing_.execution = execution; }
   void OnTaskDone(const absl::Status& status) final;
 
  protected:
@@ -50,15 +54,15 @@ class KserveInference : public TaskSink {
 
   ServiceContext& service_;
   KserveStatistics& statistics_;
+  const Method method_;
   const inference::ModelInferRequest* request_ = nullptr;
   inference::ModelInferResponse* response_ = nullptr;
   std::string model_name_;
   KserveModel model_;
   v1::NormalizeRequest normalize_request_;
   v1::NormalizeResponse normalize_response_;
+  std::optional<kernels::DType> dtype_;  // INPUT's, for the metrics
   KserveInferTiming timing_;
-  absl::Time start_;
-  absl::Time scheduled_at_;
   bool entered_ = false;
   bool refused_for_drain_ = false;
   std::atomic<bool> cancelled_{false};

@@ -9,6 +9,7 @@
 #include "inference/grpc_service.grpc.pb.h"
 #include "server/kserve_statistics.h"
 #include "server/kserve_stream.h"
+#include "server/metrics.h"
 #include "server/service_context.h"
 
 namespace normsvc::server {
@@ -49,6 +50,10 @@ class KserveService final : public inference::GRPCInferenceService::CallbackServ
   void DrainStreams() { streams_.DrainAll(); }
 
  private:
+  // Records the call in the request metrics and answers it.
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, Method method,
+                                   absl::Time start, const absl::Status& status);
+
   ServiceContext& context_;
   KserveStatistics statistics_;
   KserveStreamRegistry streams_;

@@ -1,5 +1,7 @@
 #include "server/kserve_statistics.h"
 
+#include <algorithm>
+
 namespace normsvc::server {
 namespace {
 
@@ -8,37 +10,82 @@ namespace {
 // the server's memory without bound.
 constexpr size_t kMaxBatchSizes = 256;
 
-uint64_t Nanos(absl::Duration d) { return static_cast<uint64_t>(absl::ToInt64Nanoseconds(d)); }
+// Wall-clock instants may step backwards; a negative interval counts as 0.
+absl::Duration NonNegative(absl::Duration d) { return std::max(d, absl::ZeroDuration()); }
+
+uint64_t Nanos(absl::Duration d) {
+  return static_cast<uint64_t>(absl::ToInt64Nanoseconds(NonNegative(d)));
+}
+
+// A batch's run split into its copies and the rest; the three add up to
+// the run's wall time (stage timings clipped to it).
+struct RunSplit {
+  absl::Duration h2d, infer, d2h;
+};
+
+RunSplit SplitRun(const BatchExecution& execution) {
+  const absl::Duration run = NonNegative(execution.finished_at - execution.started_at);
+  auto stage = [](const std::optional<double>& seconds, absl::Duration limit) {
+    if (!seconds || !(*seconds > 0)) return absl::ZeroDuration();
+    return std::min(absl::Seconds(*seconds), limit);
+  };
+  RunSplit split;
+  split.h2d = stage(execution.h2d_seconds, run);
+  split.d2h = stage(execution.d2h_seconds, run - split.h2d);
+  split.infer = run - split.h2d - split.d2h;
+  return split;
+}
 
 }  // namespace
+
+bool KserveStatistics::RecentExecutions::Add(uint64_t id) {
+  if (std::find(ids.begin(), ids.end(), id) != ids.end()) return false;
+  ids[next] = id;
+  next = (next + 1) % ids.size();
+  return true;
+}
 
 void KserveStatistics::Record(const std::string& model, const KserveInferTiming& timing) {
   auto add = [](Duration& d, absl::Duration value) {
     ++d.count;
     d.ns += Nanos(value);
   };
+  const absl::Duration total = timing.replied - timing.received;
   absl::MutexLock lock(&mutex_);
   Model& m = models_[model];
-  m.last_inference_ms = static_cast<uint64_t>(absl::ToUnixMillis(timing.finished_at));
+  m.last_inference_ms = static_cast<uint64_t>(absl::ToUnixMillis(timing.replied));
   if (!timing.ok) {
-    add(m.fail, timing.total);
+    add(m.fail, total);
     return;
   }
-  add(m.success, timing.total);
-  add(m.queue, timing.infer);
-  add(m.input, timing.input);
-  add(m.infer, timing.infer);
-  add(m.output, timing.output);
+  add(m.success, total);
   m.inference_count += static_cast<uint64_t>(timing.rows);
+  const absl::Duration handler = timing.accepted - timing.received;
+  const absl::Duration reply = timing.replied - timing.completed;
+  if (!timing.execution) {
+    add(m.queue, absl::ZeroDuration());
+    add(m.input, handler);
+    add(m.infer, absl::ZeroDuration());
+    add(m.output, reply);
+    return;
+  }
+  const BatchExecution& execution = *timing.execution;
+  const RunSplit split = SplitRun(execution);
+  add(m.queue, execution.started_at - timing.accepted);
+  add(m.input, NonNegative(handler) + split.h2d);
+  add(m.infer, split.infer);
+  add(m.output, split.d2h + NonNegative(reply));
+  // The batch's own figures, once per batch (the first of its requests).
+  if (!m.recent.Add(execution.id)) return;
   ++m.execution_count;
-  auto it = m.batch.find(timing.rows);
+  auto it = m.batch.find(execution.rows);
   if (it == m.batch.end() && m.batch.size() < kMaxBatchSizes) {
-    it = m.batch.emplace(timing.rows, BatchSize{}).first;
+    it = m.batch.emplace(execution.rows, BatchSize{}).first;
   }
   if (it != m.batch.end()) {
-    add(it->second.input, timing.input);
-    add(it->second.infer, timing.infer);
-    add(it->second.output, timing.output);
+    add(it->second.input, split.h2d);
+    add(it->second.infer, split.infer);
+    add(it->second.output, split.d2h);
   }
 }
 

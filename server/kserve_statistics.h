@@ -1,37 +1,62 @@
-// Per-model statistics for ModelStatistics (the protocol's names):
-//   inference_count  rows inferred (the batch dimension of INPUT, summed)
-//   execution_count  requests executed (each is one task; the server's
-//                    batcher groups tasks further into device launches,
-//                    which the Prometheus metrics count)
-//   success / fail   requests and their end-to-end handler-to-reply time
-//   queue            from scheduling to the task's completion: the wait in
-//                    the batcher and the batch's run (a task does not see
-//                    when its batch starts, so both are counted here)
-//   compute_input    decoding and validation in the handler
-//   compute_infer    the same interval as queue (see above)
-//   compute_output   building the reply
-//   batch_stats      the same durations per request row count
+// Per-model statistics for ModelStatistics, in the protocol's terms.
+//
+// A request's way through the server, as KserveInference observes it:
+//   received   the handler starts (decode, validate, build the task)
+//   accepted   the task goes to the batcher
+//   started    its batch's Executor::Run begins   (BatchExecution)
+//   finished   its batch's Executor::Run returns  (BatchExecution)
+//   completed  the task's sink is told (OnTaskDone)
+//   replied    the reply message is built
+// Per successful request (inference_stats; every count is the number of
+// successful requests):
+//   success         replied - received
+//   queue           started - accepted: the wait in the batcher, and for a
+//                   free batch slot
+//   compute_input   accepted - received (decode and validation in the
+//                   handler) plus the batch's host-to-device copy
+//   compute_infer   the batch's run without its copies (the kernels)
+//   compute_output  the batch's device-to-host copy plus reply assembly
+//                   (replied - completed)
+// The four are disjoint intervals, so queue + compute <= success; the rest
+// (finished -> completed: the hand-off to the reply threads) is overhead.
+// Every request of a batch is charged the whole batch's copy and kernel
+// times, as the protocol's reference server does. A request with no rows
+// runs nothing: queue and compute_infer count it with 0 ns.
+//   fail            replied - received of failed requests (no other stage)
+//   inference_count rows inferred (INPUT's batch dimension, summed)
+//   execution_count batch runs (device launches) that carried at least one
+//                   successful request of the model; a launch may also carry
+//                   other models' and normsvc.v1 requests
+//   batch_stats     per execution, keyed by the launch's rows (all of its
+//                   requests): count = executions, compute_input = the
+//                   host-to-device copy, compute_infer = the run without
+//                   copies, compute_output = the device-to-host copy (the
+//                   CPU executor has no copies: 0 ns)
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "inference/grpc_service.pb.h"
+#include "server/task.h"
 
 namespace normsvc::server {
 
 struct KserveInferTiming {
   bool ok = false;
   int64_t rows = 0;
-  absl::Duration total;
-  absl::Duration input;   // handler: decode, validate, build the task
-  absl::Duration infer;   // scheduled -> completed
-  absl::Duration output;  // reply assembly
-  absl::Time finished_at;
+  absl::Time received;
+  absl::Time accepted;   // validation done; the task goes to the batcher
+  absl::Time completed;  // the outcome is known (OnTaskDone, or at once)
+  absl::Time replied;
+  // The batch that ran the request; absent when nothing ran.
+  std::optional<BatchExecution> execution;
 };
 
 class KserveStatistics {
@@ -48,12 +73,22 @@ class KserveStatistics {
   struct BatchSize {
     Duration input, infer, output;
   };
+  // Batch ids this model has counted lately. A batch's requests finish
+  // within a short window (on its worker and the reply threads), far fewer
+  // than this many batches apart, so an id seen again is found here.
+  struct RecentExecutions {
+    std::array<uint64_t, 128> ids{};
+    size_t next = 0;
+    // True the first time `id` is seen (and remembers it).
+    bool Add(uint64_t id);
+  };
   struct Model {
     uint64_t last_inference_ms = 0;
     uint64_t inference_count = 0;
     uint64_t execution_count = 0;
     Duration success, fail, queue, input, infer, output;
-    std::map<int64_t, BatchSize> batch;  // distinct sizes are bounded below
+    std::map<int64_t, BatchSize> batch;  // distinct sizes are bounded (.cc)
+    RecentExecutions recent;
   };
   mutable absl::Mutex mutex_;
   absl::flat_hash_map<std::string, Model> models_ ABSL_GUARDED_BY(mutex_);

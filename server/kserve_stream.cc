@@ -23,7 +23,7 @@ class KserveStreamCall final : public StreamReactor, public KserveInference {
  public:
   KserveStreamCall(ServiceContext& service, KserveStatistics& statistics,
                    KserveStreamRegistry& registry)
-      : KserveInference(service, statistics), registry_(registry) {}
+      : KserveInference(service, statistics, Method::kModelStreamInfer), registry_(registry) {}
 
   void Begin() {
     IssueRead();

@@ -27,9 +27,16 @@ const char* DTypeLabel(int dtype) {
   return kNames[dtype];
 }
 bool HasTensors(int method) {
-  return method == static_cast<int>(Method::kNormalize) ||
-         method == static_cast<int>(Method::kNormalizeStream) ||
-         method == static_cast<int>(Method::kNormalizeBackward);
+  switch (static_cast<Method>(method)) {
+    case Method::kNormalize:
+    case Method::kNormalizeStream:
+    case Method::kNormalizeBackward:
+    case Method::kModelInfer:
+    case Method::kModelStreamInfer:
+      return true;
+    default:
+      return false;
+  }
 }
 int OpIndex(std::optional<kernels::NormOp> op) {
   if (!op) return 2;
@@ -53,7 +60,9 @@ int DTypeIndex(std::optional<kernels::DType> dtype) {
 const char* MethodName(Method method) {
   static constexpr const char* kNames[kMethodCount] = {
       "Normalize",        "NormalizeStream", "NormalizeBackward", "RegisterParameters",
-      "DeleteParameters", "ListParameters",  "GetServerInfo"};
+      "DeleteParameters", "ListParameters",  "GetServerInfo",     "ModelInfer",
+      "ModelStreamInfer", "ServerLive",      "ServerReady",       "ModelReady",
+      "ServerMetadata",   "ModelMetadata",   "ModelConfig",       "ModelStatistics"};
   return kNames[static_cast<int>(method)];
 }
 

@@ -23,6 +23,11 @@
 
 namespace normsvc::server {
 
+// The `method` label: the RPC's name. normsvc.v1.Normalizer first, then
+// inference.GRPCInferenceService (KServe v2; RPCs it answers UNIMPLEMENTED
+// are not counted). Tensor methods (Normalize, NormalizeStream,
+// NormalizeBackward, ModelInfer, ModelStreamInfer) carry op and dtype;
+// stream methods count one per message.
 enum class Method : uint8_t {
   kNormalize,
   kNormalizeStream,
@@ -31,8 +36,17 @@ enum class Method : uint8_t {
   kDeleteParameters,
   kListParameters,
   kGetServerInfo,
+  kModelInfer,
+  kModelStreamInfer,
+  kServerLive,
+  kServerReady,
+  kModelReady,
+  kServerMetadata,
+  kModelMetadata,
+  kModelConfig,
+  kModelStatistics,
 };
-inline constexpr int kMethodCount = 7;
+inline constexpr int kMethodCount = 16;
 const char* MethodName(Method method);
 
 // Handles for one executor's device label.
@@ -77,7 +91,8 @@ class ServiceMetrics {
   const RejectionMetrics& rejections() const { return rejections_; }
 
   // One finished request (or one request of a stream). `op` and `dtype` are
-  // what the request named (nullopt: "none"); `rows` count only when OK.
+  // what the request named (nullopt: "none"; for ModelInfer the model's op
+  // and INPUT's datatype); `rows` count only when OK.
   void RecordRequest(Method method, std::optional<kernels::NormOp> op,
                      std::optional<kernels::DType> dtype, absl::StatusCode code, int64_t rows,
                      double seconds);

@@ -1,6 +1,6 @@
 // The protocol mapping alone: model names, ModelInferRequest ->
 // NormalizeRequest, NormalizeResponse -> ModelInferResponse, model
-// description and statistics. No server.
+// description. No server (statistics: kserve_statistics_test.cc).
 #include <cstring>
 #include <functional>
 #include <random>
@@ -10,7 +10,6 @@
 #include "inference/model_config.pb.h"
 #include "server/kserve_models.h"
 #include "server/kserve_request.h"
-#include "server/kserve_statistics.h"
 #include "server/parameter_store.h"
 
 namespace normsvc::server {
@@ -236,44 +235,6 @@ TEST_F(KserveMappingTest, MetadataAndConfigDescribeTheModelsInputs) {
   EXPECT_EQ(config.output(0).name(), "OUTPUT");
   EXPECT_EQ(KserveDatatypeFromName("FP16"), kernels::DType::kF16);
   EXPECT_EQ(KserveDatatypeFromName("fp32"), std::nullopt);
-}
-
-TEST(KserveStatisticsTest, CountsRowsRequestsFailuresAndBatchSizesExactly) {
-  KserveStatistics stats;
-  auto timing = [](bool ok, int64_t rows, int64_t us) {
-    KserveInferTiming t;
-    t.ok = ok;
-    t.rows = rows;
-    t.total = absl::Microseconds(us);
-    t.input = absl::Microseconds(1);
-    t.infer = absl::Microseconds(us - 2);
-    t.output = absl::Microseconds(1);
-    t.finished_at = absl::FromUnixMillis(1234567);
-    return t;
-  };
-  stats.Record("layernorm", timing(true, 4, 10));
-  stats.Record("layernorm", timing(true, 4, 20));
-  stats.Record("layernorm", timing(true, 1, 30));
-  stats.Record("layernorm", timing(false, 0, 5));
-  inference::ModelStatistics out;
-  stats.Fill("layernorm", &out);
-  EXPECT_EQ(out.inference_count(), 9u);
-  EXPECT_EQ(out.execution_count(), 3u);
-  EXPECT_EQ(out.last_inference(), 1234567u);
-  EXPECT_EQ(out.inference_stats().success().count(), 3u);
-  EXPECT_EQ(out.inference_stats().success().ns(), 60000u);
-  EXPECT_EQ(out.inference_stats().fail().count(), 1u);
-  EXPECT_EQ(out.inference_stats().fail().ns(), 5000u);
-  EXPECT_EQ(out.inference_stats().compute_infer().ns(), 8000u + 18000u + 28000u);
-  ASSERT_EQ(out.batch_stats_size(), 2);
-  EXPECT_EQ(out.batch_stats(0).batch_size(), 1u);
-  EXPECT_EQ(out.batch_stats(0).compute_infer().count(), 1u);
-  EXPECT_EQ(out.batch_stats(1).batch_size(), 4u);
-  EXPECT_EQ(out.batch_stats(1).compute_infer().count(), 2u);
-  inference::ModelStatistics none;
-  stats.Fill("rmsnorm", &none);
-  EXPECT_EQ(none.name(), "rmsnorm");
-  EXPECT_EQ(none.inference_count(), 0u);
 }
 
 }  // namespace

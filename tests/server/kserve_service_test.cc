@@ -65,6 +65,21 @@ v1::NormalizeResponse FromKserve(const inference::ModelInferResponse& response) 
   return out;
 }
 
+// Every stage counts each of the `requests` successful requests; each
+// took time; together they fit in the end-to-end time.
+void ExpectConsistentDurations(const inference::ModelStatistics& s, uint64_t requests) {
+  const auto& i = s.inference_stats();
+  EXPECT_EQ(i.success().count(), requests);
+  EXPECT_EQ(i.fail().count(), 0u);
+  uint64_t parts = 0;
+  for (const auto* d : {&i.queue(), &i.compute_input(), &i.compute_infer(), &i.compute_output()}) {
+    EXPECT_EQ(d->count(), requests);
+    EXPECT_GT(d->ns(), 0u);
+    parts += d->ns();
+  }
+  EXPECT_LE(parts, i.success().ns());
+}
+
 class KserveServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -252,8 +267,18 @@ TEST_F(KserveServiceTest, StreamAnswersInOrderAndStatisticsCountExactly) {
   EXPECT_EQ(s.execution_count(), 3u);
   EXPECT_EQ(s.inference_stats().success().count(), 3u);
   EXPECT_EQ(s.inference_stats().fail().count(), 0u);  // the unknown model is not rmsnorm's
-  EXPECT_EQ(s.batch_stats_size(), 3);
-  EXPECT_GT(s.inference_stats().compute_infer().ns(), 0u);
+  // One request per launch (a stream runs one at a time): launches of 1, 2
+  // and 4 rows, each charged to its one request.
+  ASSERT_EQ(s.batch_stats_size(), 3);
+  uint64_t batch_infer_ns = 0;
+  const uint64_t sizes[] = {1, 2, 4};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(s.batch_stats(i).batch_size(), sizes[i]);
+    EXPECT_EQ(s.batch_stats(i).compute_infer().count(), 1u);
+    batch_infer_ns += s.batch_stats(i).compute_infer().ns();
+  }
+  EXPECT_EQ(s.inference_stats().compute_infer().ns(), batch_infer_ns);
+  ExpectConsistentDurations(s, 3);
   stats_request.set_name("");  // every model: layernorm and rmsnorm
   inference::ModelStatisticsResponse all;
   ASSERT_TRUE(stub_->ModelStatistics(ContextWithDeadline().get(), stats_request, &all).ok());
@@ -261,6 +286,60 @@ TEST_F(KserveServiceTest, StreamAnswersInOrderAndStatisticsCountExactly) {
   EXPECT_EQ(all.model_stats(0).name(), "layernorm");
   EXPECT_EQ(all.model_stats(0).execution_count(), 0u);
   EXPECT_EQ(all.model_stats(1).execution_count(), 3u);
+}
+
+TEST(KserveBatchingTest, RequestsSharingALaunchCountOneExecutionOfTheirSize) {
+  // A launch closes at 12 rows (the delay is far longer than the test):
+  // three layernorm requests and one rmsnorm request of 3 rows each.
+  ServerOptions options = TestServerOptions();
+  options.max_batch_rows = 12;
+  options.max_queue_delay_us = 20'000'000;
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server->grpc_port()), grpc::InsecureChannelCredentials()));
+  std::mt19937_64 rng(TestSeed() + 77);
+  std::vector<ForwardRequest> sent;
+  for (int i = 0; i < 4; ++i) {
+    ForwardCase c;
+    c.op = i == 3 ? NormOp::kRmsNorm : NormOp::kLayerNorm;
+    c.shape = {3, 48};
+    sent.push_back(MakeForwardRequest(rng, c, i));
+  }
+  std::vector<std::thread> clients;
+  std::vector<inference::ModelInferResponse> replies(4);
+  std::vector<grpc::Status> statuses(4);
+  for (int i = 0; i < 4; ++i) {
+    clients.emplace_back([&, i] {
+      statuses[i] = stub->ModelInfer(ContextWithDeadline().get(),
+                                     ToKserve(i == 3 ? "rmsnorm" : "layernorm", sent[i].request),
+                                     &replies[i]);
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(statuses[i].ok()) << statuses[i].error_message();
+    EXPECT_TRUE(CheckForward(sent[i].request, {}, {}, FromKserve(replies[i])));
+  }
+  inference::ModelStatisticsRequest request;
+  inference::ModelStatisticsResponse all;
+  ASSERT_TRUE(stub->ModelStatistics(ContextWithDeadline().get(), request, &all).ok());
+  ASSERT_EQ(all.model_stats_size(), 2);
+  for (int m = 0; m < 2; ++m) {
+    const auto& s = all.model_stats(m);
+    const uint64_t requests = m == 0 ? 3 : 1;
+    EXPECT_EQ(s.name(), m == 0 ? "layernorm" : "rmsnorm");
+    EXPECT_EQ(s.inference_count(), 3 * requests);
+    EXPECT_EQ(s.execution_count(), 1u);
+    ASSERT_EQ(s.batch_stats_size(), 1);
+    EXPECT_EQ(s.batch_stats(0).batch_size(), 12u);
+    EXPECT_EQ(s.batch_stats(0).compute_infer().count(), 1u);
+    // Every request is charged the launch's whole run.
+    EXPECT_EQ(s.inference_stats().compute_infer().ns(),
+              requests * s.batch_stats(0).compute_infer().ns());
+    ExpectConsistentDurations(s, requests);
+  }
+  EXPECT_TRUE(server->Stop());
 }
 
 TEST_F(KserveServiceTest, DrainEndsAnIdleStreamAtOnceWithUnavailable) {

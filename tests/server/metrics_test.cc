@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "inference/grpc_service.grpc.pb.h"
 #include "server/gpu_backend.h"
 #include "server/metrics.h"
 #include "test_support.h"
@@ -213,6 +214,120 @@ TEST_F(MetricsTest, EveryFamilyHasExactCountsAfterKnownTraffic) {
                                          {"cuda_version", CudaRuntimeVersion()},
                                          {"backend", "cpu"}}),
             1);
+}
+
+// A ModelInfer request of `model` with INPUT only (raw bytes).
+inference::ModelInferRequest KserveRequest(const std::string& model, const v1::Tensor& input) {
+  inference::ModelInferRequest request;
+  request.set_model_name(model);
+  auto* tensor = request.add_inputs();
+  tensor->set_name("INPUT");
+  tensor->set_datatype(input.dtype() == v1::FP32   ? "FP32"
+                       : input.dtype() == v1::FP16 ? "FP16"
+                                                   : "BF16");
+  for (int64_t dim : input.shape()) tensor->add_shape(dim);
+  request.add_raw_input_contents(input.data());
+  return request;
+}
+
+TEST_F(MetricsTest, KserveCallsCountUnderTheirRpcNamesWithOpDtypeAndCode) {
+  std::mt19937_64 rng(TestSeed() + 901);
+  auto kserve = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server_->grpc_port()), grpc::InsecureChannelCredentials()));
+  auto infer = [&](const inference::ModelInferRequest& request) {
+    inference::ModelInferResponse response;
+    return kserve->ModelInfer(ContextWithDeadline().get(), request, &response).error_code();
+  };
+  const v1::Tensor ln = ToProto(RandomTensor(rng, DType::kF32, {3, 64}));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(infer(KserveRequest("layernorm", ln)), grpc::OK);
+  EXPECT_EQ(infer(KserveRequest("rmsnorm", ToProto(RandomTensor(rng, DType::kBF16, {5, 32})))),
+            grpc::OK);
+  EXPECT_EQ(infer(KserveRequest("softmax", ln)), grpc::NOT_FOUND);
+  inference::ModelInferRequest bad = KserveRequest("layernorm", ln);
+  bad.mutable_inputs(0)->set_shape(0, 4);  // 4 x 64 floats promised, 3 x 64 sent
+  EXPECT_EQ(infer(bad), grpc::INVALID_ARGUMENT);
+
+  grpc::ClientContext stream_context;
+  auto stream = kserve->ModelStreamInfer(&stream_context);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(stream->Write(
+        KserveRequest("rmsnorm", ToProto(RandomTensor(rng, DType::kF16, {2 + i, 16})))));
+    inference::ModelStreamInferResponse reply;
+    ASSERT_TRUE(stream->Read(&reply));
+    EXPECT_TRUE(reply.error_message().empty()) << reply.error_message();
+  }
+  stream->WritesDone();
+  ASSERT_TRUE(stream->Finish().ok());
+
+  inference::ServerLiveResponse live;
+  ASSERT_TRUE(kserve->ServerLive(ContextWithDeadline().get(), {}, &live).ok());
+  inference::ServerReadyResponse ready;
+  ASSERT_TRUE(kserve->ServerReady(ContextWithDeadline().get(), {}, &ready).ok());
+  inference::ModelReadyRequest model_ready;
+  inference::ModelReadyResponse model_ready_response;
+  for (const char* name : {"layernorm", "rmsnorm.none", "rmsnorm"}) {
+    model_ready.set_name(name);
+    kserve->ModelReady(ContextWithDeadline().get(), model_ready, &model_ready_response);
+  }
+  inference::ServerMetadataResponse server_metadata;
+  ASSERT_TRUE(kserve->ServerMetadata(ContextWithDeadline().get(), {}, &server_metadata).ok());
+  inference::ModelMetadataRequest metadata_request;
+  metadata_request.set_name("layernorm");
+  inference::ModelMetadataResponse metadata;
+  ASSERT_TRUE(kserve->ModelMetadata(ContextWithDeadline().get(), metadata_request, &metadata).ok());
+  inference::ModelConfigRequest config_request;
+  config_request.set_name("rmsnorm");
+  inference::ModelConfigResponse config;
+  ASSERT_TRUE(kserve->ModelConfig(ContextWithDeadline().get(), config_request, &config).ok());
+  inference::ModelStatisticsResponse statistics;
+  ASSERT_TRUE(kserve->ModelStatistics(ContextWithDeadline().get(), {}, &statistics).ok());
+
+  auto req = [&](const char* method, const char* op, const char* dtype, const char* code) {
+    return Value("normsvc_requests_total",
+                 {{"method", method}, {"op", op}, {"dtype", dtype}, {"code", code}});
+  };
+  EXPECT_EQ(req("ModelInfer", "layer_norm", "fp32", "OK"), 3);
+  EXPECT_EQ(req("ModelInfer", "rms_norm", "bf16", "OK"), 1);
+  EXPECT_EQ(req("ModelInfer", "none", "fp32", "NOT_FOUND"), 1);  // no such model: no op
+  EXPECT_EQ(req("ModelInfer", "layer_norm", "fp32", "INVALID_ARGUMENT"), 1);
+  EXPECT_EQ(req("ModelStreamInfer", "rms_norm", "fp16", "OK"), 2);  // one per message
+  EXPECT_EQ(req("ServerLive", "none", "none", "OK"), 1);
+  EXPECT_EQ(req("ServerReady", "none", "none", "OK"), 1);
+  EXPECT_EQ(req("ModelReady", "none", "none", "OK"), 2);
+  EXPECT_EQ(req("ModelReady", "none", "none", "NOT_FOUND"), 1);
+  EXPECT_EQ(req("ServerMetadata", "none", "none", "OK"), 1);
+  EXPECT_EQ(req("ModelMetadata", "none", "none", "OK"), 1);
+  EXPECT_EQ(req("ModelConfig", "none", "none", "OK"), 1);
+  EXPECT_EQ(req("ModelStatistics", "none", "none", "OK"), 1);
+  EXPECT_FALSE(SeriesValue(
+      registry(), "normsvc_requests_total",
+      {{"method", "ModelConfig"}, {"op", "layer_norm"}, {"dtype", "fp32"}, {"code", "OK"}}));
+  // normsvc.v1 saw none of it.
+  EXPECT_EQ(req("Normalize", "layer_norm", "fp32", "OK"), 0);
+
+  auto rows = [&](const char* method, const char* op, const char* dtype) {
+    return Value("normsvc_request_rows_total", {{"method", method}, {"op", op}, {"dtype", dtype}});
+  };
+  EXPECT_EQ(rows("ModelInfer", "layer_norm", "fp32"), 9);  // failed requests add no rows
+  EXPECT_EQ(rows("ModelInfer", "rms_norm", "bf16"), 5);
+  EXPECT_EQ(rows("ModelStreamInfer", "rms_norm", "fp16"), 2 + 3);
+
+  auto duration = [&](const char* method) {
+    return Value("normsvc_request_duration_seconds", {{"method", method}});
+  };
+  EXPECT_EQ(duration("ModelInfer"), 6);
+  EXPECT_EQ(duration("ModelStreamInfer"), 2);
+  EXPECT_EQ(duration("ModelReady"), 3);
+  for (const char* method : {"ServerLive", "ServerReady", "ServerMetadata", "ModelMetadata",
+                             "ModelConfig", "ModelStatistics"}) {
+    EXPECT_EQ(duration(method), 1) << method;
+  }
+  EXPECT_GT(HistogramSum(registry(), "normsvc_request_duration_seconds", {{"method", "ModelInfer"}})
+                .value_or(0),
+            0);
+  // Six launches ran (four unary requests, two streamed); the two failures
+  // never reached the batcher.
+  EXPECT_EQ(Value("normsvc_batch_requests", {{"device", "cpu"}}), 6);
 }
 
 TEST_F(MetricsTest, MetricsEndpointServesTheTextExposition) {
