@@ -1,17 +1,25 @@
 """Real protocol clients from PyPI against a real normsvc (CPU backend) on
 loopback: tritonclient.grpc calls every implemented RPC of
 inference.GRPCInferenceService and checks ModelInfer against NumPy float64;
-perf_analyzer runs a short measurement.
+perf_analyzer (the one the pinned tritonclient wheel carries) runs a short
+concurrency sweep, and the server's ModelStatistics and Prometheus counters
+must show its requests.
 
 A client that is not installed is a skip with the reason (a session of
 skips only exits 77: conftest.py; ctest reports SKIPPED), never a pass.
 Run: NORMSVC_BINARY=<build>/server/normsvc python -m pytest -q -rs this_file
 """
+import csv
+import importlib.util
+import io
 import os
-import shutil
+import re
 import socket
 import subprocess
+import sys
 import time
+import types
+import urllib.request
 
 import numpy as np
 import pytest
@@ -55,7 +63,7 @@ def server(tmp_path_factory):
                 process.kill()
                 pytest.fail(f"normsvc did not start; log:\n{log_path.read_text()}")
             time.sleep(0.1)
-    yield port
+    yield types.SimpleNamespace(port=port, metrics_port=metrics_port, log_path=log_path)
     process.send_signal(subprocess.signal.SIGTERM)
     try:
         assert process.wait(timeout=30) == 0, log_path.read_text()
@@ -95,7 +103,7 @@ def infer(client, grpcclient, model, tensors, eps=None):
 def test_tritonclient_every_rpc(server):
     grpcclient = tritonclient_grpc()
     from tritonclient.utils import InferenceServerException  # noqa: PLC0415
-    client = grpcclient.InferenceServerClient(url=f"127.0.0.1:{server}")
+    client = grpcclient.InferenceServerClient(url=f"127.0.0.1:{server.port}")
 
     assert client.is_server_live()
     assert client.is_server_ready()
@@ -174,19 +182,94 @@ def test_tritonclient_every_rpc(server):
     client.close()
 
 
+def perf_analyzer_command():
+    """The perf_analyzer next to this Python (tritonclient's wheel puts it in
+    the venv's bin) and the environment it starts in; skips with the exact
+    reason when it is missing or cannot load its libraries."""
+    binary = os.path.join(os.path.dirname(sys.executable), "perf_analyzer")
+    if not os.access(binary, os.X_OK):
+        pytest.skip(f"perf_analyzer is not installed next to {sys.executable} "
+                    "(tests/requirements.txt pins tritonclient[grpc]==2.41.0, whose wheel carries it)")
+    env = dict(os.environ)
+    cudart = importlib.util.find_spec("nvidia.cuda_runtime")
+    if cudart is not None:
+        lib = os.path.join(list(cudart.submodule_search_locations)[0], "lib")
+        env["LD_LIBRARY_PATH"] = ":".join(p for p in (lib, env.get("LD_LIBRARY_PATH")) if p)
+    probe = subprocess.run([binary, "--version"], capture_output=True, text=True, env=env,
+                           timeout=60)
+    if probe.returncode == 127 or "error while loading shared libraries" in probe.stderr:
+        pytest.skip(f"perf_analyzer cannot start on this machine: {probe.stderr.strip()} "
+                    "(deploy/packages-test.txt: libb64-0d; tests/requirements.txt: "
+                    "nvidia-cuda-runtime-cu12)")
+    return binary, env
+
+
+def model_statistics(port, model):
+    grpcclient = tritonclient_grpc()
+    client = grpcclient.InferenceServerClient(url=f"127.0.0.1:{port}")
+    try:
+        return client.get_inference_statistics(model).model_stats[0]
+    finally:
+        client.close()
+
+
+def metric(metrics_port, name, **labels):
+    """Sum of the samples of `name` whose labels include `labels`."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read()
+    total = 0.0
+    for line in text.decode().splitlines():
+        match = re.fullmatch(r"(\w+)\{(.*)\} (\S+)", line)
+        if not match or match.group(1) != name:
+            continue
+        have = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
+        if all(have.get(k) == v for k, v in labels.items()):
+            total += float(match.group(3))
+    return total
+
+
 def test_perf_analyzer(server):
     tritonclient_grpc()
-    binary = shutil.which("perf_analyzer") or shutil.which(
-        "perf_analyzer", path=os.path.dirname(os.sys.executable))
-    if binary is None:
-        pytest.skip("perf_analyzer is not installed (tritonclient wheels up to 2.4x carry it; "
-                    "the PyPI package perf-analyzer reachable here is a placeholder)")
-    run = subprocess.run([binary, "-m", "layernorm", "-i", "grpc", "-u", f"127.0.0.1:{server}",
-                          "--shape", "INPUT:1,64", "--shape", "GAMMA:64", "--shape", "BETA:64",
-                          "--measurement-interval", "1000", "--concurrency-range", "1:2",
-                          "--max-trials", "5"],
-                         capture_output=True, text=True, timeout=120)
-    if run.returncode == 127 and "error while loading shared libraries" in run.stderr:
-        pytest.skip(f"perf_analyzer cannot start on this machine: {run.stderr.strip()}")
+    binary, env = perf_analyzer_command()
+    hidden = 4096
+    before = model_statistics(server.port, "layernorm")
+    ok_before = metric(server.metrics_port, "normsvc_requests_total", method="ModelInfer",
+                       op="layer_norm", dtype="fp32", code="OK")
+    csv_path = server.log_path.parent / "perf_analyzer.csv"
+    # gRPC, no shared memory (the default); concurrency 1 and 4; windows of
+    # 1 s; any spread counts as stable (the machine's cores are shared).
+    run = subprocess.run([binary, "-m", "layernorm", "-i", "grpc", "-u", f"127.0.0.1:{server.port}",
+                          "--shape", f"INPUT:1,{hidden}", "--shape", f"GAMMA:{hidden}",
+                          "--shape", f"BETA:{hidden}", "--concurrency-range", "1:4:3",
+                          "--measurement-interval", "1000", "--stability-percentage", "1000",
+                          "--max-trials", "5", "-f", str(csv_path)],
+                         capture_output=True, text=True, env=env, timeout=150)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "Throughput" in run.stdout, run.stdout
+    rows = list(csv.DictReader(io.StringIO(csv_path.read_text())))
+    assert [row["Concurrency"] for row in rows] == ["1", "4"], csv_path.read_text()
+    for row in rows:
+        assert float(row["Inferences/Second"]) > 0, row
+        assert float(row["p99 latency"]) >= float(row["p50 latency"]) > 0, row
+        # perf_analyzer's server columns come from ModelStatistics.
+        assert int(row["Server Queue"]) >= 0 and int(row["Server Compute Infer"]) > 0, row
+    measured = [int(n) for n in re.findall(r"Request count: (\d+)", run.stdout)]
+    assert len(measured) == 2 and min(measured) > 0, run.stdout
+
+    after = model_statistics(server.port, "layernorm")
+    ok_after = metric(server.metrics_port, "normsvc_requests_total", method="ModelInfer",
+                      op="layer_norm", dtype="fp32", code="OK")
+    served = after.inference_stats.success.count - before.inference_stats.success.count
+    # Every request perf_analyzer sent succeeded (warm-up and measured
+    # windows); the Prometheus counter saw exactly the same requests.
+    assert after.inference_stats.fail.count == before.inference_stats.fail.count
+    assert served >= sum(measured), (served, measured)
+    assert ok_after - ok_before == served
+    assert after.inference_count - before.inference_count == served  # one row each
+    assert metric(server.metrics_port, "normsvc_request_rows_total", method="ModelInfer",
+                  op="layer_norm", dtype="fp32") >= served
+    stats = after.inference_stats
+    parts = [stats.queue.ns, stats.compute_input.ns, stats.compute_infer.ns,
+             stats.compute_output.ns]
+    assert all(ns > 0 for ns in parts) and sum(parts) <= stats.success.ns, stats
+    executions = after.execution_count - before.execution_count
+    assert 0 < executions <= served
+    assert sum(b.compute_infer.count for b in after.batch_stats) == after.execution_count
