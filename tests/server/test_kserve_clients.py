@@ -173,8 +173,16 @@ def test_tritonclient_every_rpc(server):
     assert stats[0].inference_count == rows and stats[0].execution_count == 1
     assert stats[0].inference_stats.success.count == 1
     assert stats[0].inference_stats.fail.count == 2
-    assert stats[0].inference_stats.compute_infer.ns > 0
-    assert [b.batch_size for b in stats[0].batch_stats] == [rows]
+    # Queue and compute: one count per successful request, each took time,
+    # together no longer than the requests.
+    infer_stats = stats[0].inference_stats
+    parts = [infer_stats.queue, infer_stats.compute_input, infer_stats.compute_infer,
+             infer_stats.compute_output]
+    assert [p.count for p in parts] == [1, 1, 1, 1]
+    assert all(p.ns > 0 for p in parts) and sum(p.ns for p in parts) <= infer_stats.success.ns
+    # The one launch held only this request: its size is the request's rows.
+    assert [(b.batch_size, b.compute_infer.count) for b in stats[0].batch_stats] == [(rows, 1)]
+    assert stats[0].batch_stats[0].compute_infer.ns == infer_stats.compute_infer.ns
     rms = client.get_inference_statistics("rmsnorm").model_stats[0]
     assert rms.inference_count == rows + 2 * 2 and rms.execution_count == 3
     names = {s.name for s in client.get_inference_statistics("").model_stats}
