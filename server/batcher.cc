@@ -3,6 +3,18 @@
 #include "absl/strings/str_cat.h"
 
 namespace normsvc::server {
+namespace {
+
+// A polite busy-wait step: lets the sibling hyperthread run.
+inline void SpinPause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
 
 Batcher::Batcher(BatcherOptions options, MemoryBudget* budget, const DeviceMetrics& metrics,
                  const RejectionMetrics& rejections, Clock clock)
@@ -155,8 +167,22 @@ std::optional<Batch> Batcher::TryTakeBatch() {
   return batch;
 }
 
+bool Batcher::SpinForWork() {
+  if (options_.idle_spin <= absl::ZeroDuration()) return false;
+  if (spinning_.exchange(true, std::memory_order_acquire)) return false;  // another worker spins
+  const absl::Time until = absl::Now() + options_.idle_spin;
+  bool arrived = false;
+  while (!(arrived = pending_requests_.load(std::memory_order_relaxed) > 0) &&
+         absl::Now() < until) {
+    for (int i = 0; i < 64; ++i) SpinPause();
+  }
+  spinning_.store(false, std::memory_order_release);
+  return arrived;
+}
+
 std::optional<Batch> Batcher::WaitForBatch() {
   std::vector<Dropped> dropped;
+  bool spun = false;  // spin at most once before each sleep
   mutex_.Lock();
   while (true) {
     if (closed_ && queue_.empty()) break;
@@ -175,6 +201,14 @@ std::optional<Batch> Batcher::WaitForBatch() {
     }
     const absl::Time wake = NextReadyTimeLocked();
     if (wake == absl::InfiniteFuture()) {
+      if (!spun && !closed_) {
+        spun = true;
+        mutex_.Unlock();
+        SpinForWork();
+        mutex_.Lock();
+        continue;  // look again under the lock, whatever the spin saw
+      }
+      spun = false;
       ready_.Wait(&mutex_);
     } else {
       ready_.WaitWithDeadline(&mutex_, wake);
