@@ -199,7 +199,7 @@ void Engine::OnUnaryDone(Slot* slot, const grpc::Status& status) {
 void Engine::OnStreamResponse(const v1::NormalizeStreamResponse& response) {
   if (response.request_id() >= slots_.size()) return;  // not ours: ignored
   Slot* slot = slots_[response.request_id()].get();
-  slot->stream = nullptr;
+  slot->stream.store(nullptr, std::memory_order_relaxed);
   if (response.has_error()) {
     const int code = std::clamp(response.error().code(), 1, kCodeCount - 1);
     Complete(slot, kMethodNormalizeStream, static_cast<grpc::StatusCode>(code),
@@ -222,8 +222,8 @@ void Engine::OnStreamResponse(const v1::NormalizeStreamResponse& response) {
 void Engine::OnStreamEnded(StreamConnection* stream, const grpc::Status& status) {
   // Requests still waiting on this stream will never be answered.
   for (auto& slot : slots_) {
-    if (slot->stream != stream) continue;
-    slot->stream = nullptr;
+    if (slot->stream.load(std::memory_order_acquire) != stream) continue;
+    slot->stream.store(nullptr, std::memory_order_relaxed);
     const grpc::StatusCode code = status.ok() ? grpc::StatusCode::INTERNAL : status.error_code();
     Complete(slot.get(), kMethodNormalizeStream, code,
              status.ok() ? "stream ended before answering" : status.error_message(), 0, "");

@@ -74,7 +74,8 @@ struct Slot {
   v1::NormalizeRequest stream_request;
   int cached_kind = -1;
   int cached_variant = -1;
-  StreamConnection* stream = nullptr;  // set while waiting on a stream
+  // Set while waiting on a stream; read by OnStreamEnded of every stream.
+  std::atomic<StreamConnection*> stream{nullptr};
 };
 
 // Receives what a StreamConnection reads (on gRPC threads).
@@ -88,11 +89,18 @@ class StreamSink {
 
 // One NormalizeStream call shared by many slots: requests are written one
 // at a time in queue order; responses go to the sink as they arrive.
+//
+// Writes start on sender and completion threads, outside this stream's own
+// reactions, so it holds the call open (AddHold) until it starts no more
+// writes (half-close issued or a write failed): gRPC frees a call once it
+// ended and nothing holds it, and a write started after that would touch
+// freed memory.
 class StreamConnection
     : public grpc::ClientBidiReactor<v1::NormalizeRequest, v1::NormalizeStreamResponse> {
  public:
   StreamConnection(StreamSink* sink, v1::Normalizer::Stub* stub) : sink_(sink) {
     stub->async()->NormalizeStream(&context_, this);
+    AddHold();  // released by ReleaseHoldLocked
     StartRead(&response_);
     StartCall();
   }
@@ -101,7 +109,7 @@ class StreamConnection
   bool Send(Slot* slot) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (done_ || broken_ || closing_) return false;
-    slot->stream = this;
+    slot->stream.store(this, std::memory_order_release);
     queue_.push_back(slot);
     if (!writing_) StartNextLocked();
     return true;
@@ -111,7 +119,14 @@ class StreamConnection
   void Close(std::chrono::milliseconds cancel_after) {
     std::unique_lock<std::mutex> lock(mutex_);
     closing_ = true;
-    if (!writing_) StartNextLocked();
+    if (!writing_) {
+      StartNextLocked();
+      if ((writes_done_ || broken_) && ReleaseHoldLocked()) {
+        lock.unlock();
+        RemoveHold();
+        lock.lock();
+      }
+    }
     if (!done_cv_.wait_for(lock, cancel_after, [this] { return done_; })) {
       context_.TryCancel();
       done_cv_.wait(lock, [this] { return done_; });
@@ -120,14 +135,19 @@ class StreamConnection
   void Cancel() { context_.TryCancel(); }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.pop_front();
-    writing_ = false;
-    if (!ok) {
-      broken_ = true;
-      return;
+    bool release = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.pop_front();
+      writing_ = false;
+      if (!ok) {
+        broken_ = true;
+      } else {
+        StartNextLocked();
+      }
+      if (broken_ || writes_done_) release = ReleaseHoldLocked();  // no more writes
     }
-    StartNextLocked();
+    if (release) RemoveHold();
   }
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& status) override;
@@ -144,6 +164,12 @@ class StreamConnection
       StartWritesDone();
     }
   }
+  // True once: the caller then calls RemoveHold() outside the mutex.
+  bool ReleaseHoldLocked() {
+    if (hold_released_) return false;
+    hold_released_ = true;
+    return true;
+  }
 
   StreamSink* sink_;
   grpc::ClientContext context_;
@@ -155,6 +181,7 @@ class StreamConnection
   bool closing_ = false;
   bool writes_done_ = false;
   bool broken_ = false;
+  bool hold_released_ = false;
   bool done_ = false;
 };
 

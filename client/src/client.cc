@@ -260,6 +260,7 @@ NormalizeStream::NormalizeStream(
     : on_response_(std::move(on_response)) {
   ConfigureContext(options, &context_);
   stub->async()->NormalizeStream(&context_, this);
+  AddHold();  // released by ReleaseHoldLocked
   StartRead(&response_);
   StartCall();
 }
@@ -268,6 +269,12 @@ NormalizeStream::~NormalizeStream() {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!done_) {
     context_.TryCancel();
+    write_failed_ = true;  // starts no more writes; a write in flight releases the hold
+    if (!writing_ && ReleaseHoldLocked()) {
+      lock.unlock();
+      RemoveHold();
+      lock.lock();
+    }
     done_cv_.wait(lock, [this] { return done_; });
   }
 }
@@ -279,9 +286,16 @@ void NormalizeStream::Write(v1::NormalizeRequest request) {
 }
 
 void NormalizeStream::WritesDone() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  writes_done_requested_ = true;
-  if (!writing_) StartNextWriteLocked();
+  bool release = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    writes_done_requested_ = true;
+    if (!writing_) {
+      StartNextWriteLocked();
+      release = writes_done_started_ && ReleaseHoldLocked();
+    }
+  }
+  if (release) RemoveHold();
 }
 
 void NormalizeStream::StartNextWriteLocked() {
@@ -295,15 +309,27 @@ void NormalizeStream::StartNextWriteLocked() {
   }
 }
 
+bool NormalizeStream::ReleaseHoldLocked() {
+  if (hold_released_) return false;
+  hold_released_ = true;
+  return true;
+}
+
 void NormalizeStream::OnWriteDone(bool ok) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  pending_.pop_front();
-  writing_ = false;
-  if (!ok) {
-    write_failed_ = true;  // the stream is broken; OnDone reports why
-    return;
+  bool release = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.pop_front();
+    writing_ = false;
+    if (!ok) {
+      write_failed_ = true;  // the stream is broken; OnDone reports why
+    } else {
+      StartNextWriteLocked();
+    }
+    // No more writes: the stream failed, or it half-closed.
+    if (write_failed_ || writes_done_started_) release = ReleaseHoldLocked();
   }
-  StartNextWriteLocked();
+  if (release) RemoveHold();
 }
 
 void NormalizeStream::OnReadDone(bool ok) {

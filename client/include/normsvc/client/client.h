@@ -101,6 +101,12 @@ class NormalizerClient {
 // response, in arrival order (completion order on the server, not request
 // order: match by request_id). Thread-safe. The destructor cancels a stream
 // that was not finished and waits for gRPC to release it.
+//
+// Writes start on the caller's thread, outside gRPC's reactions, so the
+// stream holds the call open (AddHold) until it will start no more writes
+// (half-close issued, a write failed, or destruction): gRPC frees a call
+// once it ended and nothing holds it, and a write started after that would
+// touch freed memory.
 class NormalizeStream
     : public grpc::ClientBidiReactor<v1::NormalizeRequest, v1::NormalizeStreamResponse> {
  public:
@@ -124,6 +130,9 @@ class NormalizeStream
 
  private:
   void StartNextWriteLocked();
+  // True when the caller must RemoveHold() (outside the mutex): once only,
+  // when no more writes will start.
+  bool ReleaseHoldLocked();
 
   grpc::ClientContext context_;
   std::function<void(const v1::NormalizeStreamResponse&)> on_response_;
@@ -135,6 +144,7 @@ class NormalizeStream
   bool writes_done_requested_ = false;
   bool writes_done_started_ = false;
   bool write_failed_ = false;
+  bool hold_released_ = false;
   bool done_ = false;
   grpc::Status final_status_;
 };
