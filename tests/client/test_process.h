@@ -39,6 +39,7 @@ class ChildProcess {
   ChildProcess& operator=(const ChildProcess&) = delete;
 
   bool running();
+  pid_t pid() const { return pid_; }
   // Sends `signal`, waits up to `timeout`, then SIGKILL. Returns the exit
   // status (or 128 + signal number when killed by a signal).
   int Stop(int signal, std::chrono::milliseconds timeout);

@@ -1,0 +1,66 @@
+#include "server_under_test.h"
+
+#include <csignal>
+#include <fstream>
+#include <sstream>
+
+namespace normsvc::soak {
+
+ServerUnderTest::ServerUnderTest(const std::string& binary, const std::vector<std::string>& flags,
+                                 const std::vector<std::string>& environment,
+                                 const std::string& log_path)
+    : grpc_port_(testing::PickFreePort()), metrics_port_(testing::PickFreePort()) {
+  // env(1) replaces itself with the server: the child's pid is the server's.
+  std::vector<std::string> argv = {"/usr/bin/env"};
+  argv.insert(argv.end(), environment.begin(), environment.end());
+  argv.push_back(binary);
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.push_back("--grpc_address=127.0.0.1:" + std::to_string(grpc_port_));
+  argv.push_back("--metrics_address=127.0.0.1:" + std::to_string(metrics_port_));
+  process_ = std::make_unique<testing::ChildProcess>(argv, log_path);
+  ready_ = testing::WaitForPort(grpc_port_, std::chrono::seconds(30)) &&
+           testing::WaitForPort(metrics_port_, std::chrono::seconds(30));
+}
+
+int64_t ServerUnderTest::ResidentBytes() const {
+  std::ifstream status("/proc/" + std::to_string(process_->pid()) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      std::istringstream fields(line.substr(6));
+      int64_t kib = 0;
+      fields >> kib;
+      return kib * 1024;
+    }
+  }
+  return 0;
+}
+
+std::string ServerUnderTest::Metrics() const { return testing::HttpGet(metrics_port_, "/metrics"); }
+
+int ServerUnderTest::Stop(std::chrono::milliseconds timeout) {
+  return process_->Stop(SIGTERM, timeout);
+}
+
+double SumSeries(const std::string& exposition, const std::string& family,
+                 const std::vector<std::string>& labels) {
+  std::istringstream lines(exposition);
+  std::string line;
+  double sum = 0;
+  bool found = false;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] == '#' || line.rfind(family, 0) != 0) continue;
+    const char next = line.size() > family.size() ? line[family.size()] : '\0';
+    if (next != '{' && next != ' ') continue;  // another family with this prefix
+    bool match = true;
+    for (const std::string& label : labels) match = match && line.find(label) != std::string::npos;
+    if (!match) continue;
+    const size_t space = line.rfind(' ');
+    if (space == std::string::npos) continue;
+    sum += std::stod(line.substr(space + 1));
+    found = true;
+  }
+  return found ? sum : -1;
+}
+
+}  // namespace normsvc::soak

@@ -1,0 +1,313 @@
+// normsvc_soak: starts a CPU-backend normsvc on loopback, measures its
+// capacity with a closed loop, then drives it at a multiple of that
+// capacity (open loop) for a bounded time with cancellations, deadlines
+// that expire in the queue, malformed and oversized requests, and stream
+// clients that disconnect mid-stream. Prints a table, writes a JSON report,
+// and exits 0 only when every check holds (README.md in this folder).
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "normsvc/client/channel.h"
+#include "normsvc/client/client.h"
+#include "server_under_test.h"
+#include "soak_report.h"
+#include "stream_load.h"
+#include "unary_load.h"
+
+namespace normsvc::soak {
+namespace {
+
+struct Flags {
+  std::string server = NORMSVC_SERVER_PATH;
+  double duration_s = 60;  // open loop, warm-up included
+  double warmup_s = -1;    // the least warm-up; default: min(60, duration / 4)
+  double capacity_s = 5;
+  int capacity_concurrency = 32;
+  double overload = 2.0;
+  int channels = 4;
+  int stream_clients = 4;
+  int max_queue_size = 256;
+  double huge_every_s = 4;       // during the warm-up; 0: no huge requests
+  int max_open_calls = 2048;     // unary calls the open loop keeps open at most
+  double max_open_mib = 160;     // request bytes (MiB) it keeps open at most
+  int server_malloc_arenas = 2;  // MALLOC_ARENA_MAX of the server; 0: glibc's default
+  double max_rss_growth = 0.05;  // negative: report only
+  uint64_t seed = 0;             // 0: random
+  std::string json = "soak_report.json";
+  std::string server_log = "soak_server.log";
+};
+
+constexpr const char* kUsage =
+    "usage: normsvc_soak [--duration_s=60] [--warmup_s=10] [--capacity_s=5]\n"
+    "  [--capacity_concurrency=32] [--overload=2] [--channels=4] [--stream_clients=4]\n"
+    "  [--max_queue_size=256] [--huge_every_s=4 (0: none)] \n"
+    "  [--max_open_calls=2048] [--max_open_mib=160]\n"
+    "  [--server_malloc_arenas=2 (0: glibc's default)]\n"
+    "  [--max_rss_growth=0.05 (negative: report only)] [--seed=N]\n"
+    "  [--json=soak_report.json] [--server_log=soak_server.log] [--server=PATH]\n";
+
+bool ParseFlags(int argc, char** argv, Flags* flags) {
+  std::map<std::string, std::string> values;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    const size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) != 0 || eq == std::string::npos) return false;
+    values[arg.substr(2, eq - 2)] = arg.substr(eq + 1);
+  }
+  bool ok = true;
+  const auto number = [&](const char* name, auto* out) {
+    auto it = values.find(name);
+    if (it == values.end()) return;
+    double value = 0;
+    ok = ok && absl::SimpleAtod(it->second, &value);
+    *out = static_cast<std::remove_pointer_t<decltype(out)>>(value);
+    values.erase(it);
+  };
+  const auto text = [&](const char* name, std::string* out) {
+    if (auto it = values.find(name); it != values.end()) {
+      *out = it->second;
+      values.erase(it);
+    }
+  };
+  number("duration_s", &flags->duration_s);
+  number("warmup_s", &flags->warmup_s);
+  number("capacity_s", &flags->capacity_s);
+  number("capacity_concurrency", &flags->capacity_concurrency);
+  number("overload", &flags->overload);
+  number("channels", &flags->channels);
+  number("stream_clients", &flags->stream_clients);
+  number("max_queue_size", &flags->max_queue_size);
+  number("huge_every_s", &flags->huge_every_s);
+  number("max_open_calls", &flags->max_open_calls);
+  number("max_open_mib", &flags->max_open_mib);
+  number("server_malloc_arenas", &flags->server_malloc_arenas);
+  number("max_rss_growth", &flags->max_rss_growth);
+  number("seed", &flags->seed);
+  text("json", &flags->json);
+  text("server_log", &flags->server_log);
+  text("server", &flags->server);
+  if (flags->warmup_s < 0) flags->warmup_s = std::min(60.0, flags->duration_s / 4);
+  return ok && values.empty() && flags->duration_s > flags->warmup_s && flags->channels > 0 &&
+         flags->overload > 0 && flags->capacity_concurrency > 0;
+}
+
+using Millis = std::chrono::milliseconds;
+Millis ToMillis(double seconds) { return Millis(static_cast<int64_t>(seconds * 1000)); }
+
+// Waits (at most 10 s) until the server has nothing queued or running.
+bool WaitServerIdle(const ServerUnderTest& server, std::string* detail) {
+  const auto give_up = Clock::now() + std::chrono::seconds(10);
+  double pending = -1, in_flight = -1;
+  do {
+    const std::string metrics = server.Metrics();
+    pending = SumSeries(metrics, "normsvc_pending_requests");
+    in_flight = SumSeries(metrics, "normsvc_batches_in_flight");
+    if (pending == 0 && in_flight == 0) return true;
+    std::this_thread::sleep_for(Millis(100));
+  } while (Clock::now() < give_up);
+  *detail =
+      absl::StrCat("normsvc_pending_requests ", pending, ", normsvc_batches_in_flight ", in_flight);
+  return false;
+}
+
+int Run(const Flags& flags) {
+  SoakReport report;
+  report.seed = flags.seed != 0 ? flags.seed : std::random_device{}() | 1;
+  report.duration_s = flags.duration_s;
+  report.stream_clients = flags.stream_clients;
+  const SoakLimits limits;
+  const Workload workload = BuildWorkload(report.seed, limits, 64);
+
+  ServerUnderTest server(
+      flags.server,
+      {"--backend=cpu", absl::StrCat("--max_queue_size=", flags.max_queue_size),
+       absl::StrCat("--max_hidden_size=", limits.max_hidden_size),
+       absl::StrCat("--max_request_rows=", limits.max_request_rows),
+       absl::StrCat("--max_request_bytes=", limits.max_request_bytes),
+       absl::StrCat("--max_receive_message_bytes=", limits.max_receive_message_bytes),
+       "--drain_timeout_s=30"},
+      // glibc gives threads their own heap arenas (up to 8 per core) and keeps
+      // what is freed in each: as gRPC's thread pools grow, every new arena's
+      // high-water mark adds resident memory, in steps, for minutes. With a
+      // fixed number of arenas, resident memory after the warm-up measures
+      // what the server keeps (README.md).
+      flags.server_malloc_arenas > 0
+          ? std::vector<std::string>{absl::StrCat("MALLOC_ARENA_MAX=", flags.server_malloc_arenas)}
+          : std::vector<std::string>{},
+      flags.server_log);
+  if (!server.ready()) {
+    std::fprintf(stderr, "normsvc_soak: the server did not start:\n%s\n", server.Log().c_str());
+    return 2;
+  }
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  std::vector<std::unique_ptr<v1::Normalizer::Stub>> stubs;
+  std::vector<v1::Normalizer::Stub*> stub_pointers;
+  for (int i = 0; i < flags.channels; ++i) {
+    client::ChannelOptions options;
+    options.target = server.target();
+    options.retry_max_attempts = 1;  // every refusal must reach the tally
+    options.dedicated_connection = true;
+    channels.push_back(*client::MakeChannel(options));
+    stubs.push_back(v1::Normalizer::NewStub(channels.back()));
+    stub_pointers.push_back(stubs.back().get());
+  }
+  client::NormalizerClient control(channels[0]);
+  for (const ParameterSetSpec& set : workload.parameter_sets) {
+    if (auto registered = control.RegisterParameters(set.request); !registered.ok()) {
+      std::fprintf(stderr, "normsvc_soak: RegisterParameters: %s\n",
+                   registered.status().ToString().c_str());
+      return 2;
+    }
+  }
+  report.rss_start_bytes = server.ResidentBytes();
+
+  Tally tally;
+  std::string idle_detail;
+  bool idle = true;
+  {
+    UnaryLoad load(workload, stub_pointers, &tally, report.seed);
+    report.capacity_rps =
+        load.MeasureCapacity(flags.capacity_concurrency, ToMillis(flags.capacity_s));
+    report.offered_rps = flags.overload * report.capacity_rps;
+    std::printf("capacity %.0f req/s; open loop at %.0f req/s for %.0f s\n", report.capacity_rps,
+                report.offered_rps, flags.duration_s);
+    std::fflush(stdout);
+
+    // Warm-up: at least --warmup_s, then until resident memory has not risen
+    // by 1% for 10 s (freed heap stays resident, so the readings climb to the
+    // high-water mark the load can reach), at most half of --duration_s.
+    const Clock::time_point start = Clock::now();
+    const double max_warmup_s = std::max(flags.warmup_s, flags.duration_s / 2);
+    std::atomic<bool> sampling{true}, warming{true}, end_warmup{false};
+    std::thread sampler([&] {
+      while (sampling.load()) {
+        const double at = std::chrono::duration<double>(Clock::now() - start).count();
+        const int64_t rss = server.ResidentBytes();
+        report.rss_trace.emplace_back(at, rss);
+        report.rss_peak_bytes = std::max(report.rss_peak_bytes, rss);
+        if (warming.load() && at >= flags.warmup_s) {
+          int64_t before = -1, highest = 0;
+          for (const auto& [t, bytes] : report.rss_trace) {
+            if (t < at - 10) before = bytes;
+            if (t >= at - 10) highest = std::max(highest, bytes);
+          }
+          if ((before > 0 && highest <= before * 1.01) || at >= max_warmup_s) end_warmup = true;
+        }
+        std::this_thread::sleep_for(Millis(500));
+      }
+    });
+    // Overload until `stop` or `seconds`; returns when every call has its
+    // final status. Huge requests for the first `huge_seconds`.
+    uint64_t stream_seed = report.seed + 100;
+    const auto overload = [&](double seconds, double huge_seconds, const std::atomic<bool>& stop) {
+      const Clock::time_point until = Clock::now() + ToMillis(seconds);
+      std::vector<std::thread> clients;
+      for (int i = 0; i < flags.stream_clients; ++i) {
+        clients.emplace_back([&, i, seed = stream_seed++] {
+          RunStreamClient(workload, stub_pointers[i % stub_pointers.size()], &tally,
+                          StreamClientOptions{}, seed, until, &stop);
+        });
+      }
+      if (huge_seconds > 0 && flags.huge_every_s > 0) {
+        clients.emplace_back([&, huge_until = Clock::now() + ToMillis(huge_seconds)] {
+          SendHugeRequests(workload, stub_pointers[0], &tally, huge_until,
+                           ToMillis(flags.huge_every_s));
+        });
+      }
+      if (report.capacity_rps > 0) {
+        load.RunOpenLoop(report.offered_rps, until, &stop, ArrivalMix{}, flags.max_open_calls,
+                         static_cast<int64_t>(flags.max_open_mib * (1 << 20)));
+      }
+      for (std::thread& client : clients) client.join();
+      tally.Lost(load.WaitAll(std::chrono::seconds(60)), "unary calls open 60 s after the load");
+    };
+    // The warm-up first holds the largest requests open, as many request
+    // bytes as the open loop ever has open; then the overload. The 9 MiB and
+    // 64 MiB messages go in its first part only: gRPC holds a whole message
+    // before refusing it, so each leaves a high-water mark its own size.
+    const double fill_s = std::min(5.0, flags.warmup_s / 3);
+    load.HoldLargest(static_cast<int64_t>(flags.max_open_mib * (1 << 20)), ToMillis(fill_s));
+    overload(max_warmup_s - fill_s, flags.warmup_s - fill_s, end_warmup);
+    warming = false;
+    report.warmup_s = std::chrono::duration<double>(Clock::now() - start).count();
+    // Resident memory is read after the warm-up and at the end the same way:
+    // the largest requests held open for 2 s (the heap's high-water mark for
+    // what clients may have open), then the server idle: what is left then
+    // is what it keeps, not requests in flight.
+    const auto read_memory = [&] {
+      load.HoldLargest(static_cast<int64_t>(flags.max_open_mib * (1 << 20)), Millis(2000));
+      const bool now_idle = WaitServerIdle(server, &idle_detail);
+      idle = idle && now_idle;
+      return server.ResidentBytes();
+    };
+    report.rss_warm_bytes = read_memory();
+    const std::atomic<bool> never{false};
+    overload(std::max(1.0, flags.duration_s - report.warmup_s), 0, never);
+    report.rss_end_bytes = read_memory();
+    sampling = false;
+    sampler.join();
+    report.achieved_rps = load.achieved_rate();
+    report.late_arrivals = load.late_arrivals();
+  }
+
+  report.server_ok = SumSeries(server.Metrics(), "normsvc_requests_total", {"code=\"OK\""});
+  report.server_exit_code = server.Stop(std::chrono::seconds(60));
+
+  const auto check = [&](std::string name, bool passed, std::string detail = "") {
+    report.checks.push_back({std::move(name), passed, std::move(detail)});
+  };
+  const uint64_t client_ok = tally.total_code(0);
+  check("capacity measured", report.capacity_rps > 0);
+  check("no wrong result", tally.wrong() == 0);
+  check("every request got exactly one final status", tally.lost() == 0 && tally.duplicates() == 0);
+  check("every status is one its request may get", tally.unexpected() == 0);
+  check("no other failure (stream statuses, stalls)", tally.failures() == 0);
+  check("the queue filled (RESOURCE_EXHAUSTED at once)",
+        tally.count(kValid, grpc::StatusCode::RESOURCE_EXHAUSTED) > 0);
+  check("deadlines expired while queued",
+        tally.count(kShortDeadline, grpc::StatusCode::DEADLINE_EXCEEDED) > 0);
+  check("cancellations reached the server",
+        tally.count(kCancelled, grpc::StatusCode::CANCELLED) > 0);
+  check("streams disconnected mid-stream", tally.streams_disconnected() > 0);
+  check("the server is idle after the load", idle, idle_detail);
+  check("the server answered OK at least as often as clients saw OK",
+        report.server_ok >= static_cast<double>(client_ok),
+        absl::StrCat("server ", report.server_ok, ", clients ", client_ok));
+  const double growth = report.rss_warm_bytes > 0
+                            ? static_cast<double>(report.rss_end_bytes - report.rss_warm_bytes) /
+                                  report.rss_warm_bytes
+                            : 1.0;
+  if (flags.max_rss_growth >= 0) {
+    check(absl::StrCat("resident memory grew less than ", 100 * flags.max_rss_growth,
+                       "% after warm-up"),
+          growth < flags.max_rss_growth, absl::StrCat(100 * growth, "%"));
+  }
+  check("SIGTERM: the server drained and exited 0", report.server_exit_code == 0,
+        absl::StrCat("exit status ", report.server_exit_code));
+
+  PrintReport(report, tally);
+  if (!flags.json.empty() && !WriteJsonReport(flags.json, report, tally)) {
+    std::fprintf(stderr, "normsvc_soak: could not write %s\n", flags.json.c_str());
+    return 1;
+  }
+  if (!report.passed()) std::printf("server log: %s\n", flags.server_log.c_str());
+  return report.passed() ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace normsvc::soak
+
+int main(int argc, char** argv) {
+  normsvc::soak::Flags flags;
+  if (!normsvc::soak::ParseFlags(argc, argv, &flags)) {
+    std::fputs(normsvc::soak::kUsage, stderr);
+    return 2;
+  }
+  return normsvc::soak::Run(flags);
+}
