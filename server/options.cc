@@ -83,7 +83,23 @@ std::vector<FlagSpec> Flags() {
   std::vector<FlagSpec> flags;
   flags.push_back(StringFlag("grpc_address", &ServerOptions::grpc_address, "gRPC listen address"));
   flags.push_back(StringFlag("metrics_address", &ServerOptions::metrics_address,
-                             "Prometheus /metrics listen address (empty = off)"));
+                             "Prometheus /metrics listen address, its own port with no TLS or "
+                             "token (empty = off; e.g. 127.0.0.1:9464 for this host only)"));
+  flags.push_back(StringFlag("health_address", &ServerOptions::health_address,
+                             "extra plaintext gRPC port serving only grpc.health.v1, with the main "
+                             "port's status, for probes that cannot speak TLS (empty = off)"));
+  flags.push_back(StringFlag("tls_cert_file", &ServerOptions::tls_cert_file,
+                             "PEM certificate chain of the gRPC port; with --tls_key_file the port "
+                             "speaks TLS only (empty = plaintext)"));
+  flags.push_back(StringFlag("tls_key_file", &ServerOptions::tls_key_file,
+                             "PEM private key (unencrypted) of --tls_cert_file"));
+  flags.push_back(StringFlag("tls_client_ca_file", &ServerOptions::tls_client_ca_file,
+                             "PEM CA certificates; set: every client must present a certificate "
+                             "they signed (mutual TLS; needs --tls_cert_file)"));
+  flags.push_back(StringFlag("auth_token_file", &ServerOptions::auth_token_file,
+                             "file holding a bearer token (trailing newline stripped); set: every "
+                             "RPC but grpc.health.v1 and reflection needs the metadata "
+                             "'authorization: Bearer <token>', else UNAUTHENTICATED"));
   flags.push_back(
       {"backend", "auto (cuda if a GPU is visible, else cpu), cuda, cpu",
        [](const std::string& v, ServerOptions* o) { return ParseBackend(v, &o->backend); },
@@ -233,6 +249,16 @@ absl::Status ValidateOptions(const ServerOptions& o) {
     }
   }
   if (o.grpc_address.empty()) return absl::InvalidArgumentError("--grpc_address must be set");
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls_cert_file and --tls_key_file must be set together (only --",
+                     o.tls_cert_file.empty() ? "tls_key_file" : "tls_cert_file", " is set)"));
+  }
+  if (!o.tls_client_ca_file.empty() && o.tls_cert_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_client_ca_file needs --tls_cert_file and --tls_key_file (mutual TLS is TLS with "
+        "client certificates)");
+  }
   LogLevel level;
   if (!ParseLogLevel(o.log_level, &level)) {
     return absl::InvalidArgumentError(

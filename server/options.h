@@ -19,6 +19,20 @@ enum class Backend { kAuto, kCuda, kCpu };
 struct ServerOptions {
   std::string grpc_address = "0.0.0.0:50051";
   std::string metrics_address = "0.0.0.0:9464";  // empty: no metrics endpoint
+  // A second, plaintext gRPC port serving grpc.health.v1 only (the same
+  // status as the main port), for probes that cannot speak TLS, such as
+  // the kubelet's gRPC probes. Empty: none.
+  std::string health_address;
+
+  // Transport security of the gRPC port (tls_config.h). Cert and key both
+  // set: TLS only; client CA set as well: clients must present a
+  // certificate it signed (mutual TLS). All empty: plaintext.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  // Bearer token every RPC but grpc.health.v1 and reflection must carry
+  // (auth.h); empty: no authentication.
+  std::string auth_token_file;
   Backend backend = Backend::kAuto;
   std::vector<int> devices;  // CUDA device indices; empty means all visible
 

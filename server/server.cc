@@ -17,6 +17,8 @@
 #include <prometheus/exposer.h>
 
 #include "absl/strings/str_cat.h"
+#include "server/auth.h"
+#include "server/auth_services.h"
 #include "server/control_queue.h"
 #include "server/cpu_executor.h"
 #include "server/drain_gate.h"
@@ -31,6 +33,7 @@
 #include "server/parameter_store.h"
 #include "server/service.h"
 #include "server/service_context.h"
+#include "server/tls_config.h"
 
 namespace normsvc::server {
 namespace {
@@ -82,6 +85,11 @@ v1::GetServerInfoResponse MakeServerInfo(const ServerOptions& o, const std::stri
   batching->set_max_queue_delay_us(o.max_queue_delay_us);
   batching->set_max_queue_size(o.max_queue_size);
   batching->set_batches_in_flight(o.batches_in_flight);
+  const TransportSecurity transport = RequestedTransportSecurity(o);
+  v1::GetServerInfoResponse::Security* security = info.mutable_security();
+  security->set_tls(transport != TransportSecurity::kPlaintext);
+  security->set_client_certificate_required(transport == TransportSecurity::kMutualTls);
+  security->set_bearer_token_required(!o.auth_token_file.empty());
   return info;
 }
 
@@ -101,12 +109,35 @@ absl::Status Server::Start() {
   ParseLogLevel(options_.log_level, &level);
   SetLogLevel(level);
 
+  if (absl::Status status = LoadSecurity(); !status.ok()) return status;
   if (absl::Status status = CreateExecutors(); !status.ok()) return status;
   if (absl::Status status = StartGrpc(); !status.ok()) return status;
   if (absl::Status status = StartMetricsEndpoint(); !status.ok()) return status;
-  Log(LogLevel::kInfo, "serving on port ", grpc_port_, " with the ", backend_, " backend (",
-      pool_->size(), " executor", pool_->size() == 1 ? "" : "s", ")",
-      metrics_port_ > 0 ? absl::StrCat(", metrics on port ", metrics_port_) : "");
+  if (absl::Status status = StartHealthPort(); !status.ok()) return status;
+  SetServing(true);
+  Log(LogLevel::kInfo, "serving on port ", grpc_port_, " (",
+      TransportSecurityName(RequestedTransportSecurity(options_)),
+      token_auth_ != nullptr ? ", bearer token required" : "", ") with the ", backend_,
+      " backend (", pool_->size(), " executor", pool_->size() == 1 ? "" : "s", ")",
+      metrics_port_ > 0 ? absl::StrCat(", metrics on port ", metrics_port_) : "",
+      health_port_ > 0 ? absl::StrCat(", health on port ", health_port_) : "");
+  return absl::OkStatus();
+}
+
+absl::Status Server::LoadSecurity() {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options_);
+  if (!credentials.ok()) return credentials.status();
+  credentials_ = *std::move(credentials);
+  if (options_.auth_token_file.empty()) return absl::OkStatus();
+  absl::StatusOr<BearerTokenAuth> auth = BearerTokenAuth::FromFile(options_.auth_token_file);
+  if (!auth.ok()) return auth.status();
+  token_auth_ = std::make_unique<BearerTokenAuth>(*std::move(auth));
+  if (RequestedTransportSecurity(options_) == TransportSecurity::kPlaintext) {
+    Log(LogLevel::kWarning,
+        "--auth_token_file without --tls_cert_file: bearer tokens cross the network readable; "
+        "use TLS unless the network is trusted");
+  }
   return absl::OkStatus();
 }
 
@@ -210,7 +241,7 @@ absl::Status Server::StartGrpc() {
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   });
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.grpc_address, grpc::InsecureServerCredentials(), &grpc_port_);
+  builder.AddListeningPort(options_.grpc_address, credentials_, &grpc_port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_receive_message_bytes));
   builder.SetMaxSendMessageSize(-1);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
@@ -225,17 +256,47 @@ absl::Status Server::StartGrpc() {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
                                static_cast<int>(options_.max_connection_age_grace_ms));
   }
-  builder.RegisterService(service_.get());
-  builder.RegisterService(kserve_service_.get());
+  if (token_auth_ != nullptr) {
+    guard_ = std::make_unique<CallGuard>(*token_auth_, *metrics_);
+    authenticated_service_ = std::make_unique<AuthenticatedNormalizer>(*service_, *guard_);
+    authenticated_kserve_service_ =
+        std::make_unique<AuthenticatedKserve>(*kserve_service_, *guard_);
+    builder.RegisterService(authenticated_service_.get());
+    builder.RegisterService(authenticated_kserve_service_.get());
+  } else {
+    builder.RegisterService(service_.get());
+    builder.RegisterService(kserve_service_.get());
+  }
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || grpc_port_ == 0) {
     return absl::UnavailableError(
         absl::StrCat("--grpc_address: could not listen on ", options_.grpc_address));
   }
-  grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
-  health->SetServingStatus("", true);
-  health->SetServingStatus(kServiceName, true);
   return absl::OkStatus();
+}
+
+absl::Status Server::StartHealthPort() {
+  if (options_.health_address.empty()) return absl::OkStatus();
+  // Only the default health service (and reflection, which every server
+  // gets) is registered here: no RPC of the service is reachable.
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.health_address, grpc::InsecureServerCredentials(),
+                           &health_port_);
+  health_server_ = builder.BuildAndStart();
+  if (health_server_ == nullptr || health_port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("--health_address: could not listen on ", options_.health_address));
+  }
+  return absl::OkStatus();
+}
+
+void Server::SetServing(bool serving) {
+  for (grpc::Server* server : {grpc_server_.get(), health_server_.get()}) {
+    if (server == nullptr) continue;
+    grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+    health->SetServingStatus("", serving);
+    health->SetServingStatus(kServiceName, serving);
+  }
 }
 
 absl::Status Server::StartMetricsEndpoint() {
@@ -261,11 +322,7 @@ bool Server::Stop() {
   // Shutdown order; each step relies on the one before:
   // 1. Health NOT_SERVING: load balancers and health-checking clients stop
   //    sending new work here.
-  if (grpc_server_ != nullptr) {
-    grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
-    health->SetServingStatus("", false);
-    health->SetServingStatus(kServiceName, false);
-  }
+  SetServing(false);
   // 2. Refuse new requests with UNAVAILABLE (the drain gate), and tell open
   //    streams to stop reading and finish once their requests are answered.
   if (gate_ != nullptr) gate_->StartDrain();
@@ -288,10 +345,12 @@ bool Server::Stop() {
   absl::SleepFor(std::min(absl::Milliseconds(options_.drain_grace_ms), deadline - absl::Now()));
   // 5. Shut gRPC down: stop listening; wait for calls to finish (streams end
   //    as they go idle); calls still open at the deadline are cancelled. The
-  //    workers still run, so cancelled tasks still get finished.
+  //    workers still run, so cancelled tasks still get finished. Then the
+  //    health port (it answered NOT_SERVING since step 1).
   if (grpc_server_ != nullptr) {
     grpc_server_->Shutdown(absl::ToChronoTime(std::max(deadline, absl::Now() + absl::Seconds(1))));
   }
+  if (health_server_ != nullptr) health_server_->Shutdown(absl::ToChronoTime(absl::Now()));
   // 6. Close the batchers and join their workers (the queues are empty
   //    unless the drain timed out), then the control thread.
   if (pool_ != nullptr) {

@@ -10,13 +10,18 @@
 
 namespace grpc {
 class Server;
-}
+class ServerCredentials;
+}  // namespace grpc
 namespace prometheus {
 class Exposer;
 }
 
 namespace normsvc::server {
 
+class AuthenticatedKserve;
+class AuthenticatedNormalizer;
+class BearerTokenAuth;
+class CallGuard;
 class ControlQueue;
 class DrainGate;
 class ExecutorPool;
@@ -45,6 +50,7 @@ class Server {
 
   int grpc_port() const { return grpc_port_; }        // bound port (useful with port 0)
   int metrics_port() const { return metrics_port_; }  // 0 when metrics are off
+  int health_port() const { return health_port_; }    // 0 without --health_address
   const ServerOptions& options() const { return options_; }
 
   // For tests and tools in-process: valid between Start and destruction.
@@ -53,15 +59,23 @@ class Server {
   const v1::GetServerInfoResponse& info() const;
 
  private:
+  // Reads and checks the --tls_* and --auth_token_file files, before
+  // anything is allocated, so a bad file fails the start at once.
+  absl::Status LoadSecurity();
   absl::Status CreateExecutors();
   absl::Status StartGrpc();
   absl::Status StartMetricsEndpoint();
+  absl::Status StartHealthPort();
+  // grpc.health.v1 status of the server and of the Normalizer service, on
+  // the main port and the health port.
+  void SetServing(bool serving);
 
   const ServerOptions options_;
   bool started_ = false;
   bool stopped_ = false;
   int grpc_port_ = 0;
   int metrics_port_ = 0;
+  int health_port_ = 0;
   std::string backend_;
 
   std::unique_ptr<ServiceMetrics> metrics_;
@@ -74,7 +88,16 @@ class Server {
   std::unique_ptr<ServiceContext> context_;
   std::unique_ptr<NormalizerService> service_;
   std::unique_ptr<KserveService> kserve_service_;  // inference.GRPCInferenceService
+  // Transport credentials of the gRPC port; with --auth_token_file the
+  // token check and the two services wrapped by it (auth_services.h), which
+  // gRPC then serves instead of the inner ones.
+  std::shared_ptr<grpc::ServerCredentials> credentials_;
+  std::unique_ptr<BearerTokenAuth> token_auth_;
+  std::unique_ptr<CallGuard> guard_;
+  std::unique_ptr<AuthenticatedNormalizer> authenticated_service_;
+  std::unique_ptr<AuthenticatedKserve> authenticated_kserve_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<grpc::Server> health_server_;  // --health_address: health only
   std::shared_ptr<GpuTelemetry> telemetry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
 };
