@@ -20,6 +20,9 @@ inline constexpr char kChannelFlagsHelp[] =
   --tls_cert_file PEM       client certificate for mutual TLS (with --tls_key_file)
   --tls_key_file PEM        client private key
   --tls_server_name NAME    name to check in the server's certificate
+  --auth_token_file FILE    bearer token sent with every call, for servers started
+                            with --auth_token_file (trailing newline stripped);
+                            without TLS it crosses the network readable
 )";
 
 // Reads the flags above (the caller has parsed `args`).

@@ -53,6 +53,12 @@ int RunInfo(cli::Args& args, const Session& session) {
                 device.name().c_str(), device.memory_total_bytes() / double(1 << 30),
                 device.compute_capability().c_str());
   }
+  const v1::GetServerInfoResponse::Security& security = info->security();
+  std::printf("security:   %s%s\n",
+              !security.tls()                          ? "plaintext"
+              : security.client_certificate_required() ? "mutual TLS"
+                                                       : "TLS",
+              security.bearer_token_required() ? ", bearer token required" : "");
   PrintFields("limits", info->limits());
   PrintFields("batching", info->batching());
   return kExitOk;

@@ -40,7 +40,7 @@ commands:
   params register --name NAME [--gamma g.npy] [--beta b.npy] [--dtype D] [--replace]
   params delete --name NAME
   params list [--json]
-  info [--json]       server version, backend, devices, limits, batching
+  info [--json]       server version, backend, devices, security, limits, batching
   health [--service NAME]   grpc.health.v1 check; prints SERVING or why not
 
 common flags:
@@ -61,7 +61,7 @@ exit codes:
   3  a .npy file could not be read, parsed or written
   4  the server answered an error; stderr has "normctl: CODE_NAME: server message"
      (e.g. INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION,
-     RESOURCE_EXHAUSTED, UNIMPLEMENTED)
+     RESOURCE_EXHAUSTED, UNIMPLEMENTED, UNAUTHENTICATED)
   5  no answer: UNAVAILABLE (not reachable, shutting down) or DEADLINE_EXCEEDED
   6  health: the server answered but is not SERVING
 )";

@@ -7,6 +7,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
+#include <grpcpp/support/client_interceptor.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,52 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path, const char* w
 }
 
 std::string Seconds(int ms) { return absl::StrCat(ms / 1000.0, "s"); }
+
+// Adds "authorization: Bearer <token>" to every call of the channel.
+class BearerTokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerTokenInterceptor(const std::string& header) : header_(header) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace("authorization", header_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string& header_;  // owned by the factory, which the channel keeps
+};
+
+class BearerTokenInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerTokenInterceptorFactory(const std::string& token)
+      : header_(absl::StrCat("Bearer ", token)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
+    return new BearerTokenInterceptor(header_);
+  }
+
+ private:
+  const std::string header_;
+};
+
+// The token from `options`, "" for none.
+absl::StatusOr<std::string> BearerToken(const ChannelOptions& options) {
+  if (options.auth_token_file.empty()) return options.auth_token;
+  if (!options.auth_token.empty()) {
+    return absl::InvalidArgumentError("give the bearer token or a token file, not both");
+  }
+  absl::StatusOr<std::string> token = ReadWholeFile(options.auth_token_file, "auth token");
+  if (!token.ok()) return token.status();
+  while (!token->empty() && (token->back() == '\n' || token->back() == '\r')) token->pop_back();
+  if (token->empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("auth token file '", options.auth_token_file, "' is empty"));
+  }
+  return token;
+}
 
 }  // namespace
 
@@ -93,7 +140,19 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ChannelOptions&
   } else {
     credentials = grpc::InsecureChannelCredentials();
   }
-  return grpc::CreateCustomChannel(options.target, credentials, args);
+  absl::StatusOr<std::string> token = BearerToken(options);
+  if (!token.ok()) return token.status();
+  if (token->empty()) return grpc::CreateCustomChannel(options.target, credentials, args);
+  for (const char c : *token) {
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError(
+          "the bearer token must be visible ASCII characters without spaces");
+    }
+  }
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<BearerTokenInterceptorFactory>(*token));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(options.target, credentials, args,
+                                                                 std::move(interceptors));
 }
 
 std::string DefaultTarget() {

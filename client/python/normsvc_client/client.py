@@ -38,6 +38,37 @@ def default_target():
     return os.environ.get("NORMSVC_TARGET") or "127.0.0.1:50051"
 
 
+class _CallDetails(collections.namedtuple(
+        "_CallDetails", "method timeout metadata credentials wait_for_ready compression"),
+        grpc.ClientCallDetails):
+    pass
+
+
+class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+                   grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+    """Adds "authorization: Bearer <token>" to every call of a channel."""
+
+    def __init__(self, token):
+        self._entry = ("authorization", f"Bearer {token}")
+
+    def _with_token(self, details):
+        return _CallDetails(details.method, details.timeout,
+                            list(details.metadata or []) + [self._entry], details.credentials,
+                            details.wait_for_ready, getattr(details, "compression", None))
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+    def intercept_stream_unary(self, continuation, details, request_iterator):
+        return continuation(self._with_token(details), request_iterator)
+
+    def intercept_stream_stream(self, continuation, details, request_iterator):
+        return continuation(self._with_token(details), request_iterator)
+
+
 class Client:
     """One channel to a normsvc server.
 
@@ -45,11 +76,13 @@ class Client:
     timeout: default deadline of each call in seconds (None: no deadline).
     TLS: pass root_certificates (PEM bytes; None = system roots) and, for
     mutual TLS, private_key and certificate_chain; tls=True alone uses the
-    system roots. options: extra grpc channel arguments.
+    system roots. token: bearer token for servers started with
+    --auth_token_file, sent with every call (without TLS it crosses the
+    network readable). options: extra grpc channel arguments.
     """
 
     def __init__(self, target=None, *, timeout=30.0, tls=False, root_certificates=None,
-                 private_key=None, certificate_chain=None, options=None,
+                 private_key=None, certificate_chain=None, token=None, options=None,
                  max_message_bytes=512 << 20):
         self.target = target or default_target()
         self.timeout = timeout
@@ -62,6 +95,8 @@ class Client:
             self._channel = grpc.secure_channel(self.target, credentials, channel_options)
         else:
             self._channel = grpc.insecure_channel(self.target, channel_options)
+        if token:
+            self._channel = grpc.intercept_channel(self._channel, _BearerToken(token))
         self._stub = pb_grpc.NormalizerStub(self._channel)
 
     def close(self):
@@ -178,7 +213,7 @@ class Client:
         return [_set_info(info) for info in response.parameter_sets]
 
     def server_info(self, *, timeout=None):
-        """GetServerInfo as a dict (version, backend, devices, limits, batching)."""
+        """GetServerInfo as a dict (version, backend, devices, limits, batching, security)."""
         from google.protobuf import json_format
 
         response = self._call(self._stub.GetServerInfo, pb.GetServerInfoRequest(), timeout)

@@ -54,6 +54,14 @@ struct ChannelOptions {
   // Overrides the name checked against the server's certificate.
   std::string tls_server_name_override;
 
+  // Bearer token for servers started with --auth_token_file: every call on
+  // the channel carries the metadata "authorization: Bearer <token>".
+  // Either the token itself or a file holding it (read once by MakeChannel,
+  // trailing newline stripped), not both. Without TLS the token crosses the
+  // network readable.
+  std::string auth_token;
+  std::string auth_token_file;
+
   // Give this channel its own connections instead of sharing subchannels
   // with other channels of the process (load generators use several
   // channels to spread work over several TCP connections).
@@ -63,8 +71,8 @@ struct ChannelOptions {
 // The service config JSON for `options` (load balancing and retry policy).
 std::string BuildServiceConfigJson(const ChannelOptions& options);
 
-// Creates a channel; fails only on unreadable TLS files or a malformed
-// option. Connecting is lazy: errors reaching the server surface on calls.
+// Creates a channel; fails only on unreadable TLS or token files or a
+// malformed option. Connecting is lazy: errors reaching the server surface on calls.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ChannelOptions& options);
 
 // The target normctl and the tests use when none is given: the environment
