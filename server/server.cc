@@ -209,6 +209,7 @@ absl::Status Server::CreateExecutors() {
   batching.max_batch_tasks = std::min(options_.max_queue_size, options_.max_batch_rows);
   batching.max_queue_delay = absl::Microseconds(options_.max_queue_delay_us);
   batching.max_queue_size = options_.max_queue_size;
+  batching.idle_spin = absl::Microseconds(options_.idle_spin_us);
   budget_ = std::make_unique<MemoryBudget>(options_.max_queued_bytes);
   pool_ = std::make_unique<ExecutorPool>(std::move(executors), batching, budget_.get(), *metrics_);
   store_ = std::make_unique<ParameterStore>(

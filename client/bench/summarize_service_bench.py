@@ -34,6 +34,14 @@ def main():
               load(directory, "echo_16x4096_c64"), ">= 0.80 of echo bytes/s"))
     print(row("1x4096 fp32, 1 in flight", load(directory, "normsvc_1x4096_c1"),
               load(directory, "echo_1x4096_c1"), "p50 <= 1.3x echo p50"))
+    print(row("1x4096 fp32, 1 in flight, --idle_spin_us=0", load(directory, "normsvc_nospin_1x4096_c1"),
+              load(directory, "echo_1x4096_c1"), "(diagnostic)"))
+    print(row("1x4096 fp32, 64 in flight, every response verified",
+              load(directory, "normsvc_1x4096_c64_verified"), load(directory, "echo_1x4096_c64"),
+              "(correctness: 0 wrong)"))
+    print(row("16x4096 fp32, 64 in flight, every response verified",
+              load(directory, "normsvc_16x4096_c64_verified"), load(directory, "echo_16x4096_c64"),
+              "(correctness: 0 wrong)"))
     batched = load(directory, "normsvc_1x4096_c64")
     unbatched = load(directory, "normsvc_rows1_1x4096_c64")
     if batched and unbatched and unbatched["req_per_s"]:
