@@ -52,7 +52,14 @@ absl::Status ExecutorPool::Schedule(std::unique_ptr<Task>& task) {
       best_rows = rows;
     }
   }
-  if (best < 0) return absl::UnavailableError("no healthy executor");
+  if (best < 0) {
+    if (!reported_no_healthy_executor_.exchange(true) && on_no_healthy_executor_) {
+      on_no_healthy_executor_();
+    }
+    return absl::UnavailableError(
+        "no healthy executor: every device failed with an unrecoverable error (see the server "
+        "log); the server now reports NOT_SERVING");
+  }
   return batchers_[best]->Schedule(task);
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -23,6 +24,15 @@ class ExecutorPool {
   ExecutorPool(std::vector<std::unique_ptr<Executor>> executors, const BatcherOptions& batching,
                MemoryBudget* budget, ServiceMetrics& metrics);
   ~ExecutorPool();  // Close() and Join()
+
+  // Called once, on the scheduling thread, the first time no executor is
+  // healthy (each has failed with an unrecoverable CUDA error; every request
+  // is refused UNAVAILABLE from then on): the server turns its health to
+  // NOT_SERVING so that load balancers and probes stop sending to it. Set
+  // before Start().
+  void SetNoHealthyExecutorCallback(std::function<void()> callback) {
+    on_no_healthy_executor_ = std::move(callback);
+  }
 
   void Start();
   // Hands `task` to the healthy executor with the fewest pending rows (ties
@@ -45,6 +55,8 @@ class ExecutorPool {
   std::vector<std::unique_ptr<Batcher>> batchers_;
   std::vector<std::unique_ptr<BatchWorker>> workers_;
   std::atomic<uint32_t> rotation_{0};
+  std::function<void()> on_no_healthy_executor_;
+  std::atomic<bool> reported_no_healthy_executor_{false};
 };
 
 }  // namespace normsvc::server

@@ -212,6 +212,10 @@ absl::Status Server::CreateExecutors() {
   batching.idle_spin = absl::Microseconds(options_.idle_spin_us);
   budget_ = std::make_unique<MemoryBudget>(options_.max_queued_bytes);
   pool_ = std::make_unique<ExecutorPool>(std::move(executors), batching, budget_.get(), *metrics_);
+  pool_->SetNoHealthyExecutorCallback([this] {
+    Log(LogLevel::kError, "no healthy executor left: health is NOT_SERVING until restart");
+    SetServing(false);
+  });
   store_ = std::make_unique<ParameterStore>(
       ParameterLimits{options_.max_parameter_sets, options_.max_parameter_bytes},
       pool_->executor_pointers());

@@ -1,0 +1,122 @@
+// Routing in the executor pool when devices fail: unhealthy executors get no
+// work, and when none is healthy every request is refused UNAVAILABLE and
+// the pool reports it once (the server turns its health NOT_SERVING).
+#include "server/executor_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <deque>
+
+#include "server/memory_budget.h"
+#include "server/metrics.h"
+
+namespace normsvc::server {
+namespace {
+
+class RecordingSink final : public TaskSink {
+ public:
+  bool IsCancelled() const override { return false; }
+  void OnTaskDone(const absl::Status& status) override {
+    ++calls;
+    code = status.code();
+  }
+  int calls = 0;
+  absl::StatusCode code = absl::StatusCode::kUnknown;
+};
+
+// Runs nothing (its worker threads are never started); healthy() is set by
+// the test, as a GPU executor's is by an unrecoverable CUDA error.
+class SwitchableExecutor final : public Executor {
+ public:
+  explicit SwitchableExecutor(std::string label) { device_.label = std::move(label); }
+  const DeviceDescription& device() const override { return device_; }
+  int slots() const override { return 1; }
+  int64_t max_batch_staging_bytes() const override { return 0; }
+  BatchResult Run(const Batch& batch, int) override {
+    BatchResult result;
+    result.statuses.assign(batch.tasks.size(), absl::OkStatus());
+    return result;
+  }
+  absl::StatusOr<DeviceBuffer> Upload(const void*, std::size_t) override {
+    return absl::UnimplementedError("test executor");
+  }
+  bool healthy() const override { return healthy_.load(); }
+
+  std::atomic<bool> healthy_{true};
+
+ private:
+  DeviceDescription device_;
+};
+
+class ExecutorPoolTest : public ::testing::Test {
+ protected:
+  ServiceMetrics metrics_{{"cuda:0", "cuda:1"}, BuildInfo{"test", "test", "none", "cuda"}};
+  MemoryBudget budget_{int64_t{1} << 30};
+  std::deque<RecordingSink> sinks_;
+  SwitchableExecutor* executors_[2] = {nullptr, nullptr};
+
+  std::unique_ptr<ExecutorPool> MakePool() {
+    std::vector<std::unique_ptr<Executor>> executors;
+    for (int i = 0; i < 2; ++i) {
+      auto executor = std::make_unique<SwitchableExecutor>("cuda:" + std::to_string(i));
+      executors_[i] = executor.get();
+      executors.push_back(std::move(executor));
+    }
+    return std::make_unique<ExecutorPool>(std::move(executors), BatcherOptions{}, &budget_,
+                                          metrics_);
+  }
+  std::unique_ptr<Task> MakeTask(int64_t rows) {
+    auto task = std::make_unique<Task>();
+    task->kind = TaskKind::kForward;
+    task->rows = rows;
+    task->hidden = 4;
+    task->input_bytes = rows * 16;
+    task->output_bytes = rows * 16;
+    task->staging_bytes = rows * 32;
+    task->sink = &sinks_.emplace_back();
+    return task;
+  }
+};
+
+TEST_F(ExecutorPoolTest, UnhealthyExecutorsGetNoWorkAndNoneHealthyIsReportedOnce) {
+  std::unique_ptr<ExecutorPool> pool = MakePool();
+  int reports = 0;
+  pool->SetNoHealthyExecutorCallback([&reports] { ++reports; });
+
+  // One device failed: every request goes to the other.
+  executors_[0]->healthy_ = false;
+  for (int i = 0; i < 4; ++i) {
+    std::unique_ptr<Task> task = MakeTask(i + 1);
+    ASSERT_TRUE(pool->Schedule(task).ok());
+    EXPECT_EQ(task, nullptr);
+  }
+  EXPECT_EQ(pool->batcher(0).pending_requests(), 0);
+  EXPECT_EQ(pool->batcher(1).pending_requests(), 4);
+  EXPECT_EQ(reports, 0);
+
+  // Both failed: refused at once, the task stays with the caller, reported once.
+  executors_[1]->healthy_ = false;
+  for (int i = 0; i < 3; ++i) {
+    std::unique_ptr<Task> task = MakeTask(1);
+    const absl::Status status = pool->Schedule(task);
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+    EXPECT_NE(status.message().find("no healthy executor"), std::string::npos) << status;
+    EXPECT_NE(task, nullptr);
+  }
+  EXPECT_EQ(reports, 1);
+  EXPECT_EQ(pool->batcher(1).pending_requests(), 4);
+
+  // The queued requests are still answered (UNAVAILABLE when the pool shuts
+  // down without having run them), each exactly once.
+  pool.reset();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(sinks_[i].calls, 1) << i;
+    EXPECT_EQ(sinks_[i].code, absl::StatusCode::kUnavailable) << i;
+  }
+  for (int i = 4; i < 7; ++i) EXPECT_EQ(sinks_[i].calls, 0) << i;  // refused, never accepted
+  EXPECT_EQ(budget_.used(), 0);
+}
+
+}  // namespace
+}  // namespace normsvc::server
