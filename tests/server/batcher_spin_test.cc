@@ -13,37 +13,18 @@
 #include "server/batcher.h"
 #include "server/memory_budget.h"
 #include "server/metrics.h"
+#include "test_tasks.h"
 
 namespace normsvc::server {
 namespace {
 
-class CountingSink final : public TaskSink {
- public:
-  bool IsCancelled() const override { return false; }
-  void OnTaskDone(const absl::Status& status) override {
-    ++calls;
-    ok = status.ok();
-  }
-  int calls = 0;
-  bool ok = false;
-};
+using testing::MakeForwardTask;
+using testing::RecordingSink;
 
 class BatcherSpinTest : public ::testing::Test {
  protected:
   ServiceMetrics metrics_{{"cpu"}, BuildInfo{"test", "test", "none", "cpu"}};
   MemoryBudget budget_{int64_t{1} << 30};
-
-  std::unique_ptr<Task> MakeTask(int64_t rows, CountingSink* sink) {
-    auto task = std::make_unique<Task>();
-    task->kind = TaskKind::kForward;
-    task->rows = rows;
-    task->hidden = 4;
-    task->input_bytes = rows * 16;
-    task->output_bytes = rows * 16;
-    task->staging_bytes = rows * 32;
-    task->sink = sink;
-    return task;
-  }
 
   // WaitForBatch on another thread; the rows of the batch it returned, or -1
   // when it returned none (closed).
@@ -62,13 +43,13 @@ TEST_F(BatcherSpinTest, TasksArrivingDuringAndAfterTheSpinAreTakenAndCloseEndsTh
   BatcherOptions options;
   options.idle_spin = absl::Milliseconds(200);
   Batcher batcher(options, &budget_, metrics_.device(0), metrics_.rejections());
-  CountingSink during;
-  CountingSink after;
+  RecordingSink during;
+  RecordingSink after;
 
   // Scheduled 20 ms into the worker's 200 ms spin.
   std::future<int64_t> first = WaitOnThread(batcher);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  std::unique_ptr<Task> task = MakeTask(3, &during);
+  std::unique_ptr<Task> task = MakeForwardTask(3, &during);
   ASSERT_TRUE(batcher.Schedule(task).ok());
   ASSERT_EQ(first.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   EXPECT_EQ(first.get(), 3);
@@ -77,7 +58,7 @@ TEST_F(BatcherSpinTest, TasksArrivingDuringAndAfterTheSpinAreTakenAndCloseEndsTh
   std::future<int64_t> second = WaitOnThread(batcher);
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   ASSERT_EQ(second.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
-  task = MakeTask(5, &after);
+  task = MakeForwardTask(5, &after);
   ASSERT_TRUE(batcher.Schedule(task).ok());
   ASSERT_EQ(second.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   EXPECT_EQ(second.get(), 5);
@@ -90,9 +71,9 @@ TEST_F(BatcherSpinTest, TasksArrivingDuringAndAfterTheSpinAreTakenAndCloseEndsTh
   EXPECT_EQ(third.get(), -1);
 
   EXPECT_EQ(during.calls, 1);
-  EXPECT_TRUE(during.ok);
+  EXPECT_EQ(during.code, absl::StatusCode::kOk);
   EXPECT_EQ(after.calls, 1);
-  EXPECT_TRUE(after.ok);
+  EXPECT_EQ(after.code, absl::StatusCode::kOk);
   EXPECT_EQ(batcher.pending_requests(), 0);
 }
 
@@ -101,12 +82,12 @@ TEST_F(BatcherSpinTest, TwoWaitingWorkersTakeTwoTasksOnceEach) {
   options.idle_spin = absl::Milliseconds(50);
   options.max_batch_tasks = 1;  // one task a batch: each worker gets one
   Batcher batcher(options, &budget_, metrics_.device(0), metrics_.rejections());
-  CountingSink sinks[2];
+  RecordingSink sinks[2];
   std::future<int64_t> a = WaitOnThread(batcher);
   std::future<int64_t> b = WaitOnThread(batcher);
   std::this_thread::sleep_for(std::chrono::milliseconds(10));
   for (int i = 0; i < 2; ++i) {
-    std::unique_ptr<Task> task = MakeTask(i + 1, &sinks[i]);
+    std::unique_ptr<Task> task = MakeForwardTask(i + 1, &sinks[i]);
     ASSERT_TRUE(batcher.Schedule(task).ok());
   }
   ASSERT_EQ(a.wait_for(std::chrono::seconds(5)), std::future_status::ready);

@@ -10,20 +10,12 @@
 
 #include "server/memory_budget.h"
 #include "server/metrics.h"
+#include "test_tasks.h"
 
 namespace normsvc::server {
 namespace {
 
-class RecordingSink final : public TaskSink {
- public:
-  bool IsCancelled() const override { return false; }
-  void OnTaskDone(const absl::Status& status) override {
-    ++calls;
-    code = status.code();
-  }
-  int calls = 0;
-  absl::StatusCode code = absl::StatusCode::kUnknown;
-};
+using testing::RecordingSink;
 
 // Runs nothing (its worker threads are never started); healthy() is set by
 // the test, as a GPU executor's is by an unrecoverable CUDA error.
@@ -67,15 +59,7 @@ class ExecutorPoolTest : public ::testing::Test {
                                           metrics_);
   }
   std::unique_ptr<Task> MakeTask(int64_t rows) {
-    auto task = std::make_unique<Task>();
-    task->kind = TaskKind::kForward;
-    task->rows = rows;
-    task->hidden = 4;
-    task->input_bytes = rows * 16;
-    task->output_bytes = rows * 16;
-    task->staging_bytes = rows * 32;
-    task->sink = &sinks_.emplace_back();
-    return task;
+    return testing::MakeForwardTask(rows, &sinks_.emplace_back());
   }
 };
 

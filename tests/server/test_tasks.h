@@ -1,0 +1,36 @@
+// Tasks and sinks for tests that drive the batcher and the executor pool
+// without gRPC: a sink that records how its task ended, and a forward task
+// of a given row count (16 input, 16 output and 32 staging bytes a row).
+#pragma once
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "server/task.h"
+
+namespace normsvc::server::testing {
+
+class RecordingSink final : public TaskSink {
+ public:
+  bool IsCancelled() const override { return false; }
+  void OnTaskDone(const absl::Status& status) override {
+    ++calls;
+    code = status.code();
+  }
+  int calls = 0;
+  absl::StatusCode code = absl::StatusCode::kUnknown;
+};
+
+inline std::unique_ptr<Task> MakeForwardTask(int64_t rows, TaskSink* sink) {
+  auto task = std::make_unique<Task>();
+  task->kind = TaskKind::kForward;
+  task->rows = rows;
+  task->hidden = 4;
+  task->input_bytes = rows * 16;
+  task->output_bytes = rows * 16;
+  task->staging_bytes = rows * 32;
+  task->sink = sink;
+  return task;
+}
+
+}  // namespace normsvc::server::testing
