@@ -144,6 +144,7 @@ void Engine::Start(Slot* slot) {
     StreamConnection* stream = streams_[slot->channel * per_channel +
                                         slot->index / static_cast<int>(stubs_.size()) % per_channel]
                                    .get();
+    slot->handoff.fetch_add(1, std::memory_order_release);  // see Slot::handoff
     if (!stream->Send(slot)) {
       Complete(slot, kMethodNormalizeStream, grpc::StatusCode::UNAVAILABLE, "stream ended", 0, "");
       // A broken stream takes its slots out of the loop instead of spinning.
@@ -160,6 +161,7 @@ void Engine::Start(Slot* slot) {
   slot->context->set_deadline(std::chrono::system_clock::now() +
                               std::chrono::milliseconds(options_.deadline_ms));
   v1::Normalizer::Stub::async_interface* async = stubs_[slot->channel]->async();
+  slot->handoff.fetch_add(1, std::memory_order_release);  // see Slot::handoff
   if (kind.kind.method == Method::kForward) {
     async->Normalize(&*slot->context, &variant.forward, &slot->forward_response,
                      [this, slot](grpc::Status status) { OnUnaryDone(slot, status); });
@@ -170,6 +172,7 @@ void Engine::Start(Slot* slot) {
 }
 
 void Engine::OnUnaryDone(Slot* slot, const grpc::Status& status) {
+  slot->handoff.load(std::memory_order_acquire);  // see Slot::handoff
   const PreparedKind& kind = kinds_[slot->kind];
   const Variant& variant = kind.variants[slot->variant];
   std::string verify_error;
@@ -199,6 +202,7 @@ void Engine::OnUnaryDone(Slot* slot, const grpc::Status& status) {
 void Engine::OnStreamResponse(const v1::NormalizeStreamResponse& response) {
   if (response.request_id() >= slots_.size()) return;  // not ours: ignored
   Slot* slot = slots_[response.request_id()].get();
+  slot->handoff.load(std::memory_order_acquire);  // see Slot::handoff
   slot->stream.store(nullptr, std::memory_order_relaxed);
   if (response.has_error()) {
     const int code = std::clamp(response.error().code(), 1, kCodeCount - 1);

@@ -76,6 +76,11 @@ struct Slot {
   int cached_variant = -1;
   // Set while waiting on a stream; read by OnStreamEnded of every stream.
   std::atomic<StreamConnection*> stream{nullptr};
+  // Hands the slot to the thread that completes its request: Start releases
+  // what it wrote (and what the previous completion wrote), the completion
+  // acquires it. gRPC orders the two through its core already; this states
+  // the order in C++ terms, where ThreadSanitizer sees it.
+  std::atomic<uint64_t> handoff{0};
 };
 
 // Receives what a StreamConnection reads (on gRPC threads).
@@ -92,9 +97,9 @@ class StreamSink {
 //
 // Writes start on sender and completion threads, outside this stream's own
 // reactions, so it holds the call open (AddHold) until it starts no more
-// writes (half-close issued or a write failed): gRPC frees a call once it
-// ended and nothing holds it, and a write started after that would touch
-// freed memory.
+// writes (half-close issued, a write failed, or the read side ended): gRPC
+// frees a call once it ended and nothing holds it, and a write started after
+// that would touch freed memory.
 class StreamConnection
     : public grpc::ClientBidiReactor<v1::NormalizeRequest, v1::NormalizeStreamResponse> {
  public:

@@ -1,5 +1,6 @@
 #include "normsvc/client/client.h"
 
+#include <atomic>
 #include <chrono>
 #include <future>
 
@@ -8,6 +9,12 @@
 
 namespace normsvc::client {
 namespace {
+
+// Callbacks run on gRPC's threads, after the call that the caller's thread
+// started: gRPC orders the two in its core. A release by the starting thread
+// and an acquire in the callback state that order in C++ terms, where
+// ThreadSanitizer sees it.
+using Handoff = std::atomic<bool>;
 
 // Starts a callback-API unary call that owns its context and messages.
 template <typename Request, typename Response, typename Invoke>
@@ -18,12 +25,15 @@ void StartUnary(Request request, const CallOptions& options, Callback<Response> 
     Request request;
     Response response;
     Callback<Response> done;
+    Handoff started{false};
   };
   auto* call = new Call;
   call->request = std::move(request);
   call->done = std::move(done);
   ConfigureContext(options, &call->context);
+  call->started.store(true, std::memory_order_release);
   invoke(&call->context, &call->request, &call->response, [call](grpc::Status status) {
+    call->started.load(std::memory_order_acquire);
     std::unique_ptr<Call> owned(call);
     if (status.ok()) {
       owned->done(std::move(owned->response));
@@ -167,8 +177,13 @@ absl::StatusOr<ServingStatus> NormalizerClient::CheckHealth(const std::string& s
   grpc::ByteBuffer request(&slice, 1);
   grpc::ByteBuffer response;
   std::promise<grpc::Status> finished;
+  Handoff started{false};
+  started.store(true, std::memory_order_release);
   generic.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                    &response, [&finished](grpc::Status status) { finished.set_value(status); });
+                    &response, [&finished, &started](grpc::Status status) {
+                      started.load(std::memory_order_acquire);
+                      finished.set_value(status);
+                    });
   const grpc::Status status = finished.get_future().get();
   if (!status.ok()) return ToAbslStatus(status);
   std::vector<grpc::Slice> slices;
@@ -262,6 +277,7 @@ NormalizeStream::NormalizeStream(
   stub->async()->NormalizeStream(&context_, this);
   AddHold();  // released by ReleaseHoldLocked
   StartRead(&response_);
+  started_.store(true, std::memory_order_release);
   StartCall();
 }
 
@@ -316,6 +332,7 @@ bool NormalizeStream::ReleaseHoldLocked() {
 }
 
 void NormalizeStream::OnWriteDone(bool ok) {
+  started_.load(std::memory_order_acquire);
   bool release = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -333,12 +350,25 @@ void NormalizeStream::OnWriteDone(bool ok) {
 }
 
 void NormalizeStream::OnReadDone(bool ok) {
-  if (!ok) return;  // server ended the stream; OnDone follows
+  started_.load(std::memory_order_acquire);
+  if (!ok) {
+    // The call has ended (the server finished it, or it was cancelled or
+    // broken): no write may start any more, and OnDone must not wait for one.
+    bool release = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      write_failed_ = true;
+      if (!writing_) release = ReleaseHoldLocked();  // a write in flight releases it
+    }
+    if (release) RemoveHold();
+    return;
+  }
   on_response_(response_);
   StartRead(&response_);
 }
 
 void NormalizeStream::OnDone(const grpc::Status& status) {
+  started_.load(std::memory_order_acquire);
   std::lock_guard<std::mutex> lock(mutex_);
   final_status_ = status;
   done_ = true;
