@@ -337,6 +337,10 @@ def test_known_traffic_reads_back_exactly(stack):
     for rule in loaded:
         assert rule["health"] in ("ok", "unknown") and not rule.get("lastError"), rule
     firing = [r["name"] for r in loaded if r.get("type") == "alerting" and r["state"] != "inactive"]
+    if os.environ.get("NORMSVC_SANITIZER_BUILD"):
+        # The sanitizer presets run the server several times slower: only the
+        # latency alerts may start there.
+        firing = [n for n in firing if n not in ("NormsvcQueueWaitHigh", "NormsvcHighRequestLatencyP99")]
     assert not firing, f"alerts on a healthy server: {firing}"
 
     # ---- The HPA's metrics, as prometheus-adapter asks for them.
