@@ -4,6 +4,7 @@
 
 #include "forward_kernel.cuh"
 #include "forward_lean_kernel.cuh"
+#include "forward_staged_kernel.cuh"
 #include "kernel_registry.h"
 
 namespace normsvc::kernels::detail {
@@ -48,6 +49,16 @@ ForwardKernel LeanForwardKernelFor(const KernelPlan& plan) {
 template <typename T, typename P>
 ForwardKernel LeanForwardKernelFor(const KernelPlan& plan, bool single) {
   return single ? LeanForwardKernelFor<T, P, true>(plan) : LeanForwardKernelFor<T, P, false>(plan);
+}
+
+// The staged kernel (see UsesStagedForward in kernel_registry.h), with
+// gamma/beta in dtype P.
+template <typename T, typename P>
+ForwardKernel StagedForwardKernelFor(const KernelPlan& plan) {
+  if (plan.layout == Layout::kStrided && plan.slots == kStagedSlots && plan.cluster == 1) {
+    return ForwardStagedKernel<T, P>;
+  }
+  return nullptr;
 }
 
 }  // namespace normsvc::kernels::detail

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "device_access.cuh"
+#include "grid_dependency.cuh"
 #include "kernel_params.h"
 #include "param_cache.cuh"
 #include "row_reduce.cuh"
@@ -132,6 +133,19 @@ __device__ __forceinline__ void WriteOutputCached(const RowPointers<T>& r, int64
 
 // Statistics of a row held in registers: slots[k] is chunk k * row_threads +
 // team.rank; chunks at or past `chunks` are zero and ignored.
+// The statistics from the row totals of the second pass, the sums of d and
+// of d * d with d = x - mean_hi (every path ends its statistics here).
+__device__ __forceinline__ void FinishRowStatistics(const float (&moments)[2], float h,
+                                                    float epsilon, bool layer_norm,
+                                                    RowStats& stats) {
+  if (layer_norm) {
+    stats.mean_lo = moments[0] / h;
+    stats.rstd = RstdFromVariance(LayerNormVariance(moments[1], stats.mean_lo, h), epsilon);
+  } else {
+    stats.rstd = RstdFromVariance(moments[1] / h, epsilon);
+  }
+}
+
 template <typename T, int V, int W>
 __device__ __forceinline__ RowStats RowStatistics(const Pack<T, W> (&v)[V], int chunks, int hidden,
                                                   float epsilon, bool layer_norm,
@@ -159,12 +173,7 @@ __device__ __forceinline__ RowStats RowStatistics(const Pack<T, W> (&v)[V], int 
     }
   }
   RowSum<2>(moments, team, scratch, first_slot + 1);
-  if (layer_norm) {
-    stats.mean_lo = moments[0] / h;
-    stats.rstd = RstdFromVariance(LayerNormVariance(moments[1], stats.mean_lo, h), epsilon);
-  } else {
-    stats.rstd = RstdFromVariance(moments[1] / h, epsilon);
-  }
+  FinishRowStatistics(moments, h, epsilon, layer_norm, stats);
   return stats;
 }
 
@@ -257,6 +266,7 @@ __global__ void __maxnreg__(NORMSVC_FORWARD_MAX_REGISTERS)
 __global__ void __launch_bounds__(512, 1)
 #endif
     ForwardRowsKernel(const __grid_constant__ ForwardParams p) {
+  BeginDependentGrid();
   __shared__ ReduceScratch scratch;
   extern __shared__ __align__(16) uint8_t param_cache_bytes[];  // ParamCacheBytes(V, W, ...)
   ParamCache cache = EmptyParamCache(param_cache_bytes);
@@ -281,6 +291,7 @@ __global__ void __launch_bounds__(512, 1)
 template <typename T>
 __global__ void __launch_bounds__(1024)
     ForwardStreamedKernel(const __grid_constant__ ForwardParams p) {
+  BeginDependentGrid();
   __shared__ ReduceScratch scratch;
   const RowTeam team = MakeTeam(p.shape);
   const int64_t row = blockIdx.x;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "forward_staged_kernel.cuh"
 #include "kernel_params.h"
 #include "kernel_registry.h"
 #include "launch_common.h"
@@ -27,6 +28,18 @@ ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, bool fast
     case DType::kBF16:
       return fast ? FindLeanForwardKernelBF16(plan, param_dtype, single_segment)
                   : FindForwardKernelBF16(plan);
+  }
+  return nullptr;
+}
+
+ForwardKernel FindStagedForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype) {
+  switch (x_dtype) {
+    case DType::kF32:
+      return FindStagedForwardKernelF32(plan, param_dtype);
+    case DType::kF16:
+      return FindStagedForwardKernelF16(plan, param_dtype);
+    case DType::kBF16:
+      return FindStagedForwardKernelBF16(plan, param_dtype);
   }
   return nullptr;
 }
@@ -107,19 +120,43 @@ DeviceSegment ToDevice(const ForwardSegment& s, const KernelPlan& plan, int64_t 
 // shared memory. The streamed kernel takes one block per row.
 constexpr int64_t kMaxFastUnits = int64_t{1} << 20;
 
+// Every forward kernel begins with BeginDependentGrid (grid_dependency.cuh),
+// so every forward launch may overlap the previous kernel's tail.
+constexpr bool kEarlyLaunch = true;
+
+// The staged kernel is persistent too: at most one wave of blocks, each with
+// kStagedStages rows in flight in its shared memory.
+Status LaunchStaged(DType x_dtype, DType param_dtype, const KernelPlan& plan,
+                    const ForwardParams& params, cudaStream_t stream) {
+  const detail::ForwardKernel kernel = detail::FindStagedForwardKernel(x_dtype, plan, param_dtype);
+  if (kernel == nullptr) return Status(Code::kInternal, "no staged forward kernel for this plan");
+  const std::size_t smem = detail::StagedSharedBytes(
+      params.single.hidden, static_cast<int64_t>(DTypeSize(x_dtype)), plan.groups);
+  const int64_t resident =
+      detail::ResidentBlocks(reinterpret_cast<const void*>(kernel), plan.block_threads, smem);
+  const int64_t units_needed = (params.total_rows + plan.groups - 1) / plan.groups;
+  const int64_t blocks = std::min(units_needed, std::max<int64_t>(1, resident));
+  return detail::LaunchWithPlan(kernel, plan, blocks, smem, params, stream, kEarlyLaunch);
+}
+
 Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, bool fast,
                       const ForwardParams& params, cudaStream_t stream) {
+  if (detail::UsesStagedForward(plan, fast, params.segment_count == 1,
+                                params.single.residual != nullptr)) {
+    return LaunchStaged(x_dtype, param_dtype, plan, params, stream);
+  }
   const detail::ForwardKernel kernel =
       detail::FindForwardKernel(x_dtype, plan, fast, param_dtype, params.segment_count == 1);
   if (kernel == nullptr) return Status(Code::kInternal, "no forward kernel for this plan");
   if (plan.layout == Layout::kStreamed) {
-    return detail::LaunchWithPlan(kernel, plan, params.total_rows, 0, params, stream);
+    return detail::LaunchWithPlan(kernel, plan, params.total_rows, 0, params, stream, kEarlyLaunch);
   }
   const int64_t units_needed =
       plan.cluster > 1 ? params.total_rows : (params.total_rows + plan.groups - 1) / plan.groups;
   if (fast) {
-    return detail::LaunchWithPlan(
-        kernel, plan, std::min(units_needed, kMaxFastUnits) * plan.cluster, 0, params, stream);
+    return detail::LaunchWithPlan(kernel, plan,
+                                  std::min(units_needed, kMaxFastUnits) * plan.cluster, 0, params,
+                                  stream, kEarlyLaunch);
   }
   const std::size_t smem = detail::ParamCacheBytes(
       plan.slots, plan.width, static_cast<int>(DTypeSize(param_dtype)), plan.block_threads);
@@ -127,7 +164,7 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
       detail::ResidentBlocks(reinterpret_cast<const void*>(kernel), plan.block_threads, smem) /
       plan.cluster;
   const int64_t blocks = std::min(units_needed, std::max<int64_t>(1, resident)) * plan.cluster;
-  return detail::LaunchWithPlan(kernel, plan, blocks, smem, params, stream);
+  return detail::LaunchWithPlan(kernel, plan, blocks, smem, params, stream, kEarlyLaunch);
 }
 
 }  // namespace

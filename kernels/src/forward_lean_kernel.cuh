@@ -167,6 +167,7 @@ inline constexpr int kLeanMinBlocks = 2;
 template <typename T, typename P, int V, int W, bool kSingle>
 __global__ void __launch_bounds__(kLeanMaxThreads, W == 1 ? 1 : kLeanMinBlocks)
     ForwardLeanKernel(const __grid_constant__ ForwardParams p) {
+  BeginDependentGrid();
   __shared__ ReduceScratch scratch;
   if (p.op == static_cast<uint8_t>(NormOp::kLayerNorm)) {
     LeanRows<T, P, V, W, true, kSingle>(p, scratch);

@@ -23,12 +23,22 @@ inline bool UsesFastForward(const KernelPlan& plan, DType x_dtype, DType out_dty
   return plan.layout == Layout::kStrided && plan.slots == 16;
 }
 
+// Whether a one-segment launch of the specialized kernel's strided layout
+// takes ForwardStagedKernel instead (rows staged through shared memory by
+// bulk copies; same bits). The segment must have no residual.
+inline bool UsesStagedForward(const KernelPlan& plan, bool fast, bool single_segment,
+                              bool has_residual) {
+  return fast && single_segment && !has_residual && plan.layout == Layout::kStrided &&
+         plan.slots == 16 && plan.cluster == 1;
+}
+
 // Null when no instantiation matches the plan (a planning bug: the launcher
 // reports kInternal). `fast`: the specialized kernel, gamma/beta in
 // `param_dtype`; otherwise the general one.
 ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, bool fast, DType param_dtype,
                                 bool single_segment);
 BackwardKernel FindBackwardKernel(DType x_dtype, const KernelPlan& plan);
+ForwardKernel FindStagedForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype);
 
 ForwardKernel FindForwardKernelF32(const KernelPlan& plan);
 ForwardKernel FindForwardKernelF16(const KernelPlan& plan);
@@ -36,6 +46,9 @@ ForwardKernel FindForwardKernelBF16(const KernelPlan& plan);
 ForwardKernel FindLeanForwardKernelF32(const KernelPlan& plan, DType param_dtype, bool single);
 ForwardKernel FindLeanForwardKernelF16(const KernelPlan& plan, DType param_dtype, bool single);
 ForwardKernel FindLeanForwardKernelBF16(const KernelPlan& plan, DType param_dtype, bool single);
+ForwardKernel FindStagedForwardKernelF32(const KernelPlan& plan, DType param_dtype);
+ForwardKernel FindStagedForwardKernelF16(const KernelPlan& plan, DType param_dtype);
+ForwardKernel FindStagedForwardKernelBF16(const KernelPlan& plan, DType param_dtype);
 BackwardKernel FindBackwardKernelF32(const KernelPlan& plan);
 BackwardKernel FindBackwardKernelF16(const KernelPlan& plan);
 BackwardKernel FindBackwardKernelBF16(const KernelPlan& plan);

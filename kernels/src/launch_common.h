@@ -53,10 +53,14 @@ inline constexpr std::size_t kMaxDynamicSmem = 160 * 1024;
 int64_t ResidentBlocks(const void* kernel, int block_threads, std::size_t dynamic_smem);
 
 // Launches `kernel` with `blocks` blocks of the plan's size, as clusters of
-// plan.cluster blocks when that is more than one.
+// plan.cluster blocks when that is more than one. `early_launch`: the launch
+// may be scheduled before the previous kernel in the stream has finished
+// (programmatic dependent launch); only for kernels that honour the contract
+// in grid_dependency.cuh.
 template <typename Params>
 Status LaunchWithPlan(void (*kernel)(Params), const KernelPlan& plan, int64_t blocks,
-                      std::size_t dynamic_smem, const Params& params, cudaStream_t stream) {
+                      std::size_t dynamic_smem, const Params& params, cudaStream_t stream,
+                      bool early_launch = false) {
   if (kernel == nullptr) return Status(Code::kInternal, "no kernel instantiation for this plan");
   if (blocks <= 0) return Status::Ok();
   if (blocks > INT32_MAX) return InvalidArgument("too many rows for one launch");
@@ -65,15 +69,22 @@ Status LaunchWithPlan(void (*kernel)(Params), const KernelPlan& plan, int64_t bl
   config.blockDim = dim3(static_cast<unsigned>(plan.block_threads));
   config.dynamicSmemBytes = dynamic_smem;
   config.stream = stream;
-  cudaLaunchAttribute attribute = {};
+  cudaLaunchAttribute attributes[2] = {};
+  unsigned count = 0;
   if (plan.cluster > 1) {
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = static_cast<unsigned>(plan.cluster);
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count].val.clusterDim.x = static_cast<unsigned>(plan.cluster);
+    attributes[count].val.clusterDim.y = 1;
+    attributes[count].val.clusterDim.z = 1;
+    ++count;
   }
+  if (early_launch) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  config.attrs = count > 0 ? attributes : nullptr;
+  config.numAttrs = count;
   return FromCuda("kernel launch", cudaLaunchKernelEx(&config, kernel, params));
 }
 

@@ -29,7 +29,6 @@ namespace {
 
 constexpr int64_t kHiddenSizes[] = {1, 5, 64, 128, 512, 768, 1024, 2049, 4096, 8191, 65536, 262144};
 constexpr int64_t kRowCounts[] = {1, 3, 1000};
-constexpr int64_t kMaxElements = int64_t{1} << 24;
 
 struct BackwardSpec {
   NormOp op = NormOp::kLayerNorm;
@@ -239,7 +238,7 @@ TEST_P(BackwardMatrix, MatchesDoubleReferenceAndIsReproducible) {
       BackwardSpec a;
       a.op = op;
       a.dtype = a.param_dtype = dtype;
-      a.rows = std::min(rows, std::max<int64_t>(1, kMaxElements / hidden));
+      a.rows = std::min(rows, std::max<int64_t>(1, MaxCaseElements() / hidden));
       a.hidden = hidden;
       RunAndCheck(a, rng);
       BackwardSpec b = a;

@@ -1,7 +1,7 @@
 // The forward test matrix on the GPU against the double reference:
 // op x dtype x H in {1, 5, 64, 128, 512, 768, 1024, 2049, 4096, 8191, 65536,
 // 262144} x rows in {1, 3, 1000}, in two variants each (see RunVariants).
-// Rows are capped so that rows x H <= 2^24 elements (H = 65536: 256 rows,
+// Rows are capped so that rows x H <= 2^24 elements (MaxCaseElements; H = 65536: 256 rows,
 // H = 262144: 64 rows) to keep the double reference fast.
 #include <algorithm>
 #include <cstdio>
@@ -19,7 +19,6 @@ namespace {
 
 constexpr int64_t kHiddenSizes[] = {1, 5, 64, 128, 512, 768, 1024, 2049, 4096, 8191, 65536, 262144};
 constexpr int64_t kRowCounts[] = {1, 3, 1000};
-constexpr int64_t kMaxElements = int64_t{1} << 24;
 
 DType OtherDType(DType d) { return d == DType::kF32 ? DType::kBF16 : DType::kF32; }
 
@@ -58,7 +57,7 @@ TEST_P(ForwardMatrix, MatchesDoubleReference) {
   DeviceBuffer workspace(ForwardWorkspaceBytes(1));
   for (int64_t hidden : kHiddenSizes) {
     for (int64_t rows : kRowCounts) {
-      rows = std::min(rows, std::max<int64_t>(1, kMaxElements / hidden));
+      rows = std::min(rows, std::max<int64_t>(1, MaxCaseElements() / hidden));
       int variant = 0;
       for (const ForwardSpec& spec : Variants(op, dtype, rows, hidden)) {
         ForwardCase c(spec, rng);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <sstream>
@@ -174,6 +175,19 @@ std::mt19937_64 SeededRng(const std::string& what) {
       (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   std::cout << "[ seed     ] " << what << ": " << seed << "\n";
   return std::mt19937_64(seed);
+}
+
+int64_t MaxCaseElements() {
+  static const int64_t limit = [] {
+    const char* text = std::getenv("NORMSVC_TEST_MAX_ELEMENTS");
+    const long long value = text != nullptr ? std::atoll(text) : 0;
+    if (value > 0) {
+      std::cout << "[ limit    ] at most " << value << " elements a case\n";
+      return static_cast<int64_t>(value);
+    }
+    return int64_t{1} << 24;
+  }();
+  return limit;
 }
 
 void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& body) {

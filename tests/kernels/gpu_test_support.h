@@ -99,6 +99,11 @@ bool WithinTolerance(DType dtype, double out, double ref, double scale, double* 
 // Fresh random seed per run, printed so a failure can be reproduced.
 std::mt19937_64 SeededRng(const std::string& what);
 
+// Largest rows x H of one case in the test matrices: 2^24, or
+// NORMSVC_TEST_MAX_ELEMENTS when set (compute-sanitizer runs use fewer rows;
+// every H, dtype and variant still runs).
+int64_t MaxCaseElements();
+
 // Runs body(begin, end) over [0, n) on all hardware threads.
 void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& body);
 

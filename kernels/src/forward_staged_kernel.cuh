@@ -1,0 +1,251 @@
+// Forward kernel for rows whose H is not a multiple of the 16-byte vector
+// width (the strided layout, H <= 8192), one segment per launch, no
+// residual, output in the x dtype.
+//
+// Why: in the strided layout a thread's elements are one element apart in
+// each of 16 slots, so loading a row from global memory takes 16 two- or
+// four-byte loads a thread, and the registers they occupy cap the rows an SM
+// keeps in flight far below what the memory system needs (0.17 of a copy's
+// bandwidth for bf16 at H = 2049). Here 16-byte asynchronous copies
+// (cp.async, no registers) move each row's 16-byte-aligned middle into
+// shared memory, kStagedStages - 1 rows
+// ahead of the block's arithmetic, whatever the row's alignment; the at most
+// 15 bytes before and after it are read from global memory directly. A block
+// is persistent: it loops over its rows and keeps the next ones in flight.
+// Each pass (sum, moments, output) reads the row from its image and visits
+// only the slots that hold elements: no register holds the row, and a row of
+// H = 2049 costs 9 slots' work, not the plan's 16.
+//
+// The thread mapping (element k * row_threads + rank in slot k), the
+// arithmetic (RowStatistics, WriteLeanRow) and the plan are those of
+// ForwardLeanKernel and ForwardRowsKernel, so a row gets the same bits here
+// as in a multi-segment launch of those kernels (batch invariance).
+#pragma once
+
+#include "async_copy.cuh"
+#include "forward_lean_kernel.cuh"
+
+namespace normsvc::kernels::detail {
+
+// Row images per block: the one being normalized and the next ones in flight.
+inline constexpr int kStagedStages = 4;
+inline constexpr int kStagedSlots = 16;  // the strided plan this kernel serves
+// At most 40 registers a thread (3 blocks of 512, 6 of 256 per SM): with no
+// row in registers the kernel needs no more, and more blocks per SM keep more
+// rows in flight.
+inline constexpr int kStagedMinBlocks = 3;
+
+// Bytes of one row's image in shared memory (room for the whole row).
+__host__ __device__ constexpr uint32_t StagedBufferBytes(int64_t hidden, int64_t dtype_size) {
+  return static_cast<uint32_t>((hidden * dtype_size + 15) / 16 * 16);
+}
+
+// Dynamic shared memory of a launch: every stage holds one image per row
+// group of the block.
+__host__ __device__ constexpr std::size_t StagedSharedBytes(int64_t hidden, int64_t dtype_size,
+                                                            int groups) {
+  return static_cast<std::size_t>(kStagedStages) * groups * StagedBufferBytes(hidden, dtype_size);
+}
+
+// The part of a row the 16-byte copies move: from the first 16-byte boundary at
+// or after the row's start to the last one at or before its end.
+struct StagedSpan {
+  uintptr_t begin;
+  uint32_t bytes;  // 0 when no whole 16-byte block lies inside the row
+};
+
+__device__ __forceinline__ StagedSpan SpanOf(const void* row, int64_t row_bytes) {
+  const uintptr_t start = reinterpret_cast<uintptr_t>(row);
+  const uintptr_t begin = (start + 15) & ~uintptr_t{15};
+  const uintptr_t end = (start + static_cast<uintptr_t>(row_bytes)) & ~uintptr_t{15};
+  StagedSpan span;
+  span.begin = begin;
+  span.bytes = end > begin ? static_cast<uint32_t>(end - begin) : 0u;
+  return span;
+}
+
+template <typename T>
+__device__ __forceinline__ const T* StagedRow(const DeviceSegment& s, int64_t row) {
+  return static_cast<const T*>(s.x) + row * s.x_stride;
+}
+
+// Every thread of the block: starts its share of the 16-byte copies of
+// iteration `it`'s rows into `stage`, as one commit group (empty for a
+// thread with no share, so that every thread counts the same groups).
+template <typename T>
+__device__ __forceinline__ void IssueStage(const ForwardParams& p, const RowSchedule& schedule,
+                                           int it, int stage, unsigned char* images,
+                                           uint32_t image_bytes) {
+  const DeviceSegment& s = p.single;
+  const int64_t first = schedule.FirstRowOf(it);
+  const int64_t row_bytes = static_cast<int64_t>(s.hidden) * sizeof(T);
+  const int64_t left = p.total_rows - first;
+  const int rows = left < schedule.groups ? static_cast<int>(left) : schedule.groups;
+  for (int g = 0; g < rows; ++g) {
+    const StagedSpan span = SpanOf(StagedRow<T>(s, first + g), row_bytes);
+    unsigned char* image =
+        images + static_cast<uint32_t>(stage * schedule.groups + g) * image_bytes;
+    for (uint32_t offset = threadIdx.x * 16u; offset < span.bytes; offset += blockDim.x * 16u) {
+      CopyAsync16(image + offset, reinterpret_cast<const unsigned char*>(span.begin) + offset);
+    }
+  }
+  CommitAsyncCopies();
+}
+
+// A row's image in shared memory, indexed like the row: element e lies at
+// at[e] when first <= e < first + count (the 16-byte-aligned middle the
+// copies moved), else it is read from global memory (the at most 15 bytes at
+// either end).
+template <typename T>
+struct StagedImage {
+  const T* at;
+  int first;
+  uint32_t count;
+
+  __device__ __forceinline__ T Element(const T* x, int element) const {
+    return static_cast<uint32_t>(element - first) < count ? at[element] : x[element];
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ StagedImage<T> ImageOf(const T* x, const unsigned char* image,
+                                                  int64_t row_bytes) {
+  const StagedSpan span = SpanOf(x, row_bytes);
+  const int head_bytes = static_cast<int>(span.begin - reinterpret_cast<uintptr_t>(x));
+  StagedImage<T> view;
+  view.at = reinterpret_cast<const T*>(image - head_bytes);
+  view.first = head_bytes / static_cast<int>(sizeof(T));
+  view.count = span.bytes / static_cast<uint32_t>(sizeof(T));
+  return view;
+}
+
+// RowStatistics (forward_kernel.cuh) for one-element slots, operation for
+// operation and in the same order, reading the row from its image in each
+// pass instead of holding it in registers, and visiting only the slots that
+// hold elements: the slots past the row's end add +0.0f there, which leaves
+// a sum that starts at +0.0f unchanged, so the bits are the same. `present`
+// is the row's element count, 0 for an inactive row (which still takes part
+// in the block's reductions).
+template <typename T>
+__device__ __forceinline__ RowStats StagedRowStatistics(const T* x, const StagedImage<T>& image,
+                                                        int present, int hidden, float epsilon,
+                                                        bool layer_norm, const RowTeam& team,
+                                                        ReduceScratch& scratch, int first_slot) {
+  RowStats stats;
+  const float h = static_cast<float>(hidden);
+  if (layer_norm) {
+    float sum[1] = {0.0f};
+    for (int element = team.rank; element < present; element += team.row_threads) {
+      sum[0] += ToFloat(image.Element(x, element));
+    }
+    RowSum<1>(sum, team, scratch, first_slot);
+    stats.mean_hi = sum[0] / h;
+  }
+  float moments[2] = {0.0f, 0.0f};
+  for (int element = team.rank; element < present; element += team.row_threads) {
+    const float d = ToFloat(image.Element(x, element)) - stats.mean_hi;
+    moments[0] += d;
+    moments[1] = fmaf(d, d, moments[1]);
+  }
+  RowSum<2>(moments, team, scratch, first_slot + 1);
+  FinishRowStatistics(moments, h, epsilon, layer_norm, stats);
+  return stats;
+}
+
+// WriteLeanRow's arithmetic for one-element slots, re-reading each element
+// from the image instead of holding the row in registers.
+template <typename T, typename P, bool kLayerNorm, bool kGamma, bool kBeta>
+__device__ __forceinline__ void WriteStagedRow(const DeviceSegment& s, const T* x,
+                                               const StagedImage<T>& image, T* out,
+                                               const RowStats& stats, const RowTeam& team) {
+  const P* gamma = static_cast<const P*>(s.gamma);
+  const P* beta = static_cast<const P*>(s.beta);
+  for (int element = team.rank; element < s.hidden; element += team.row_threads) {
+    const float g = kGamma ? ToFloat(__ldg(gamma + element)) : 0.0f;
+    const float b = kBeta ? ToFloat(__ldg(beta + element)) : 0.0f;
+    const float n = NormalizedValue(ToFloat(image.Element(x, element)), stats, kLayerNorm);
+    StoreStreaming(out + element, FromFloat<T>(ApplyAffine(n, g, b, kGamma, kBeta)));
+  }
+}
+
+template <typename T, typename P, bool kLayerNorm>
+__device__ __forceinline__ void WriteStagedRowAffine(const DeviceSegment& s, const T* x,
+                                                     const StagedImage<T>& image, T* out,
+                                                     const RowStats& stats, const RowTeam& team) {
+  const bool has_gamma = s.gamma != nullptr;
+  const bool has_beta = kLayerNorm && s.beta != nullptr;
+  if (has_gamma && has_beta) {
+    WriteStagedRow<T, P, kLayerNorm, true, true>(s, x, image, out, stats, team);
+  } else if (has_gamma) {
+    WriteStagedRow<T, P, kLayerNorm, true, false>(s, x, image, out, stats, team);
+  } else if (has_beta) {
+    WriteStagedRow<T, P, kLayerNorm, false, true>(s, x, image, out, stats, team);
+  } else {
+    WriteStagedRow<T, P, kLayerNorm, false, false>(s, x, image, out, stats, team);
+  }
+}
+
+template <typename T, typename P, bool kLayerNorm>
+__device__ __forceinline__ void StagedRows(const ForwardParams& p, unsigned char* images,
+                                           ReduceScratch& scratch) {
+  const DeviceSegment& s = p.single;
+  const RowTeam team = MakeTeam(p.shape);
+  const RowSchedule schedule = MakeSchedule(p.shape, p.total_rows);
+  const int64_t row_bytes = static_cast<int64_t>(s.hidden) * sizeof(T);
+  const uint32_t image_bytes = StagedBufferBytes(s.hidden, sizeof(T));
+  for (int it = 0; it < kStagedStages; ++it) {
+    if (it < schedule.iterations) {
+      IssueStage<T>(p, schedule, it, it, images, image_bytes);
+    } else {
+      CommitAsyncCopies();
+    }
+  }
+
+  for (int it = 0; it < schedule.iterations; ++it) {
+    const int stage = it % kStagedStages;
+    // This iteration's group is the oldest of the kStagedStages pending.
+    WaitAsyncCopies<kStagedStages - 1>();
+    __syncthreads();
+    const int64_t row = schedule.FirstRowOf(it) + team.group;
+    const bool active = row < p.total_rows;
+    const T* x = StagedRow<T>(s, active ? row : 0);
+    const StagedImage<T> image = ImageOf(
+        x, images + static_cast<uint32_t>(stage * schedule.groups + team.group) * image_bytes,
+        row_bytes);
+    // Every thread of the block reaches the reductions, active row or not.
+    const RowStats stats =
+        StagedRowStatistics<T>(x, image, active ? s.hidden : 0, s.hidden, s.epsilon, kLayerNorm,
+                               team, scratch, (it & 1) * 2);
+    if (active) {
+      T* out = static_cast<T*>(s.out) + row * s.out_stride;
+      WriteStagedRowAffine<T, P, kLayerNorm>(s, x, image, out, stats, team);
+      if (team.rank == 0) {
+        if (s.mean != nullptr) s.mean[row] = stats.mean_hi + stats.mean_lo;
+        if (s.rstd != nullptr) s.rstd[row] = stats.rstd;
+      }
+    }
+    // Every thread is done with this stage: refill it with the rows
+    // kStagedStages iterations ahead.
+    __syncthreads();
+    if (it + kStagedStages < schedule.iterations) {
+      IssueStage<T>(p, schedule, it + kStagedStages, stage, images, image_bytes);
+    } else {
+      CommitAsyncCopies();
+    }
+  }
+}
+
+template <typename T, typename P>
+__global__ void __launch_bounds__(kLeanMaxThreads, kStagedMinBlocks)
+    ForwardStagedKernel(const __grid_constant__ ForwardParams p) {
+  BeginDependentGrid();
+  extern __shared__ __align__(128) unsigned char staged_images[];
+  __shared__ ReduceScratch scratch;
+  if (p.op == static_cast<uint8_t>(NormOp::kLayerNorm)) {
+    StagedRows<T, P, true>(p, staged_images, scratch);
+  } else {
+    StagedRows<T, P, false>(p, staged_images, scratch);
+  }
+}
+
+}  // namespace normsvc::kernels::detail
