@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # compute-sanitizer over the GPU tests, on the GPU machine, in one call.
 #
-# Build and bundle here (see ../shared/gpu notes: binaries under .gpu/bin,
-# the shared libraries they load under .gpu/lib), then on the GPU machine,
-# from the repository root:
+# Build for sm_90 and gather the test binaries under .gpu/bin (at their paths
+# in the build tree) and the shared libraries they load under .gpu/lib, then
+# on the GPU machine, from the repository root:
 #
-#   tests/gpu/compute_sanitizer.sh OUT_DIR
+#   tests/gpu/compute_sanitizer.sh OUT_DIR               # the four tools below
+#   tests/gpu/compute_sanitizer.sh OUT_DIR racecheck-all # racecheck, every kernel test
 #
 # Runs, each time-boxed so the whole call stays under about 9 minutes:
 #   memcheck   (with --leak-check full)  kernels_gpu_test (all tests), server_test GPU tests
@@ -13,6 +14,10 @@
 #   racecheck  (shared-memory hazards)   kernels_gpu_test (a reduced filter), server_test GPU tests
 #   initcheck  (reads of uninitialized device memory)  kernels_gpu_test (reduced filter)
 #   synccheck  (barrier misuse)                        kernels_gpu_test (reduced filter)
+# racecheck-all runs every kernels_gpu_test test under racecheck (about 4
+# minutes), with the test matrices capped at CS_MAX_ELEMENTS (default 65536)
+# elements a case through NORMSVC_TEST_MAX_ELEMENTS: every H, dtype, op and
+# variant still runs, with fewer rows.
 # Writes OUT_DIR/<tool>.<binary>.log (sanitizer and test output together),
 # OUT_DIR/device.txt and OUT_DIR/summary.txt: one line per run,
 #   <tool> <binary>: <N> errors, tests <passed>/<run> passed, exit <rc>, <seconds> s [TIMEOUT]
@@ -27,7 +32,8 @@
 #   CS_SERVER_TIMEOUT         seconds per server_test run
 #   COMPUTE_SANITIZER         path of compute-sanitizer
 set -uo pipefail
-out=${1:?usage: compute_sanitizer.sh OUT_DIR}
+out=${1:?usage: compute_sanitizer.sh OUT_DIR [racecheck-all]}
+mode=${2:-tools}
 mkdir -p "$out"
 sanitizer=${COMPUTE_SANITIZER:-/usr/local/cuda/bin/compute-sanitizer}
 lib=$PWD/.gpu/lib
@@ -40,7 +46,9 @@ if [[ ! -x $sanitizer ]]; then
   echo "compute-sanitizer: not found at $sanitizer (set COMPUTE_SANITIZER)" | tee -a "$summary"
   exit 2
 fi
-for binary in "$kernels_test" "$server_test"; do
+needed=("$kernels_test")
+[[ $mode == racecheck-all ]] || needed+=("$server_test")
+for binary in "${needed[@]}"; do
   if [[ ! -x $binary ]]; then
     echo "compute-sanitizer: $binary missing (bundle the build into .gpu first)" | tee -a "$summary"
     exit 2
@@ -90,17 +98,23 @@ run() {
   if [[ $rc -ne 0 || "${errors:-x}" != 0 ]]; then all_clean=0; fi
 }
 
-run memcheck "$kernels_test" "$full_filter" "${CS_TIMEOUT_MEMCHECK:-180}" --leak-check full
-# The fault-injection test makes a CUDA call fail on purpose (memcheck reports
-# that call and the cudaGetLastError that clears it): left out of memcheck,
-# kept in racecheck.
-run memcheck "$server_test" "$server_filter:-GpuExecutorTest.InjectedCudaError*" "$server_timeout" \
-  --leak-check full
-run racecheck "$kernels_test" "$reduced_filter" "${CS_TIMEOUT_RACECHECK:-120}" \
-  --racecheck-report all
-run racecheck "$server_test" "$server_filter" "$server_timeout" --racecheck-report all
-run initcheck "$kernels_test" "$reduced_filter" "${CS_TIMEOUT_INITCHECK:-60}"
-run synccheck "$kernels_test" "$reduced_filter" "${CS_TIMEOUT_SYNCCHECK:-45}"
+if [[ $mode == racecheck-all ]]; then
+  export NORMSVC_TEST_MAX_ELEMENTS=${CS_MAX_ELEMENTS:-65536}
+  run racecheck "$kernels_test" "*" "${CS_TIMEOUT_RACECHECK_ALL:-420}" --racecheck-report all
+  unset NORMSVC_TEST_MAX_ELEMENTS
+else
+  run memcheck "$kernels_test" "$full_filter" "${CS_TIMEOUT_MEMCHECK:-180}" --leak-check full
+  # The fault-injection test makes a CUDA call fail on purpose (memcheck reports
+  # that call and the cudaGetLastError that clears it): left out of memcheck,
+  # kept in racecheck.
+  run memcheck "$server_test" "$server_filter:-GpuExecutorTest.InjectedCudaError*" "$server_timeout" \
+    --leak-check full
+  run racecheck "$kernels_test" "$reduced_filter" "${CS_TIMEOUT_RACECHECK:-120}" \
+    --racecheck-report all
+  run racecheck "$server_test" "$server_filter" "$server_timeout" --racecheck-report all
+  run initcheck "$kernels_test" "$reduced_filter" "${CS_TIMEOUT_INITCHECK:-60}"
+  run synccheck "$kernels_test" "$reduced_filter" "${CS_TIMEOUT_SYNCCHECK:-45}"
+fi
 
 if [[ $all_clean -eq 1 ]]; then
   echo "compute-sanitizer: CLEAN" | tee -a "$summary"
