@@ -57,6 +57,22 @@ __device__ __forceinline__ void StoreStreaming(__nv_bfloat16* p, __nv_bfloat16 v
   __stcs(reinterpret_cast<unsigned short*>(p), __bfloat16_as_ushort(v));
 }
 
+// +0.0 in every element (all bits clear in fp32, fp16 and bf16), written as
+// whole 32-bit words where the pack allows: a select between a loaded pack
+// and zero then stays a select of words, not of 16-bit halves.
+template <typename T, int W>
+__device__ __forceinline__ void ZeroPack(Pack<T, W>& pack) {
+  if constexpr (sizeof(Pack<T, W>) % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < static_cast<int>(sizeof(Pack<T, W>) / 4); ++i) {
+      reinterpret_cast<uint32_t*>(&pack)[i] = 0u;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < W; ++j) pack.e[j] = FromFloat<T>(0.0f);
+  }
+}
+
 // Moves a Pack of 8, 16 or 32 bytes with vector accesses.
 template <typename T, int W>
 __device__ __forceinline__ void LoadPackVector(const T* p, Pack<T, W>& pack) {

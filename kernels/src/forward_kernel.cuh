@@ -203,8 +203,7 @@ __device__ __forceinline__ RowRef FetchRow(const ForwardParams& p, const RowSche
     if (ref.active && chunk < chunks) {
       x[k] = LoadChunk<T, W>(x_row + static_cast<int64_t>(chunk) * W, vectorized);
     } else {
-#pragma unroll
-      for (int j = 0; j < W; ++j) x[k].e[j] = FromFloat<T>(0.0f);
+      ZeroPack(x[k]);
     }
   }
   return ref;
@@ -271,7 +270,7 @@ __global__ void __launch_bounds__(512, 1)
   extern __shared__ __align__(16) uint8_t param_cache_bytes[];  // ParamCacheBytes(V, W, ...)
   ParamCache cache = EmptyParamCache(param_cache_bytes);
   const RowTeam team = MakeTeam(p.shape);
-  const RowSchedule schedule = MakeSchedule(p.shape, p.total_rows);
+  const RowSchedule schedule = MakeSchedule(p.shape, p.row_groups);
   Pack<T, W> next[V];
   RowRef next_ref = FetchRow<T, V, W>(p, schedule, team, 0, next);
   for (int it = 0; it < schedule.iterations; ++it) {

@@ -140,7 +140,8 @@ Status LaunchStaged(DType x_dtype, DType param_dtype, const KernelPlan& plan,
 }
 
 Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, bool fast,
-                      const ForwardParams& params, cudaStream_t stream) {
+                      ForwardParams params, cudaStream_t stream) {
+  params.row_groups = (params.total_rows + plan.groups - 1) / plan.groups;
   if (detail::UsesStagedForward(plan, fast, params.segment_count == 1,
                                 params.single.residual != nullptr)) {
     return LaunchStaged(x_dtype, param_dtype, plan, params, stream);

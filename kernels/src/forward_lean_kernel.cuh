@@ -95,7 +95,7 @@ __device__ __forceinline__ void WriteLeanRowAffine(const DeviceSegment& s, T* ou
 template <typename T, typename P, int V, int W, bool kLayerNorm, bool kSingle>
 __device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& scratch) {
   const RowTeam team = MakeTeam(p.shape);
-  const RowSchedule schedule = MakeSchedule(p.shape, p.total_rows);
+  const RowSchedule schedule = MakeSchedule(p.shape, p.row_groups);
   for (int it = 0; it < schedule.iterations; ++it) {
     const int64_t block_row = schedule.FirstRowOf(it);
     const int64_t row = block_row + team.group;
@@ -115,8 +115,7 @@ __device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& 
       if (active && chunk < chunks) {
         v[k] = LoadFastChunk<T, W>(x + static_cast<int64_t>(chunk) * W);
       } else {
-#pragma unroll
-        for (int j = 0; j < W; ++j) v[k].e[j] = FromFloat<T>(0.0f);
+        ZeroPack(v[k]);
       }
     }
     if (s.residual != nullptr && active) {

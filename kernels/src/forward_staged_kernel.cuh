@@ -190,7 +190,7 @@ __device__ __forceinline__ void StagedRows(const ForwardParams& p, unsigned char
                                            ReduceScratch& scratch) {
   const DeviceSegment& s = p.single;
   const RowTeam team = MakeTeam(p.shape);
-  const RowSchedule schedule = MakeSchedule(p.shape, p.total_rows);
+  const RowSchedule schedule = MakeSchedule(p.shape, p.row_groups);
   const int64_t row_bytes = static_cast<int64_t>(s.hidden) * sizeof(T);
   const uint32_t image_bytes = StagedBufferBytes(s.hidden, sizeof(T));
   for (int it = 0; it < kStagedStages; ++it) {

@@ -47,6 +47,10 @@ struct ForwardParams {
   uint8_t op;  // NormOp of every segment (segments of one launch share it)
   RowShape shape;
   int64_t total_rows;
+  // ceil(total_rows / shape.groups): the row groups (a block's or a
+  // cluster's rows at one iteration), computed on the host so that no kernel
+  // divides 64-bit integers.
+  int64_t row_groups;
   DeviceSegment single;
 };
 

@@ -35,18 +35,21 @@ struct RowTeam {
   int group;        // this row's index among the rows of the block
 };
 
-// The team of the calling thread for rows laid out as `shape` says.
+// The team of the calling thread for rows laid out as `shape` says. In-block
+// row teams are powers of two (launch_plan.h), so shifts and masks place a
+// thread; a cluster's block rank is the hardware's.
 __device__ __forceinline__ RowTeam MakeTeam(const RowShape& shape) {
   RowTeam team;
   team.row_threads = shape.row_threads;
   team.cluster = shape.cluster;
   if (shape.cluster > 1) {
-    const int rank_of_block = static_cast<int>(blockIdx.x % shape.cluster);
+    const int rank_of_block = static_cast<int>(cooperative_groups::this_cluster().block_rank());
     team.rank = rank_of_block * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
     team.group = 0;
   } else {
-    team.group = static_cast<int>(threadIdx.x) / shape.row_threads;
-    team.rank = static_cast<int>(threadIdx.x) % shape.row_threads;
+    const int shift = __ffs(shape.row_threads) - 1;
+    team.group = static_cast<int>(threadIdx.x) >> shift;
+    team.rank = static_cast<int>(threadIdx.x) & (shape.row_threads - 1);
   }
   return team;
 }
@@ -66,13 +69,23 @@ struct RowSchedule {
   }
 };
 
-__device__ __forceinline__ RowSchedule MakeSchedule(const RowShape& shape, int64_t total_rows) {
+// `row_groups`: ForwardParams::row_groups. The divisions are 32-bit unless
+// a launch has 2^31 row groups or more.
+__device__ __forceinline__ RowSchedule MakeSchedule(const RowShape& shape, int64_t row_groups) {
   RowSchedule s;
   s.groups = shape.groups;
-  s.unit = blockIdx.x / shape.cluster;
-  s.units = gridDim.x / shape.cluster;
-  const int64_t row_groups = (total_rows + shape.groups - 1) / shape.groups;
-  s.iterations = static_cast<int>((row_groups - s.unit + s.units - 1) / s.units);
+  const unsigned cluster = static_cast<unsigned>(shape.cluster);
+  s.unit = cluster > 1 ? blockIdx.x / cluster : blockIdx.x;
+  s.units = cluster > 1 ? gridDim.x / cluster : gridDim.x;
+  if (row_groups <= s.unit) {
+    s.iterations = 0;
+  } else if (row_groups <= INT32_MAX) {
+    const unsigned left = static_cast<unsigned>(row_groups - s.unit);
+    const unsigned units = static_cast<unsigned>(s.units);
+    s.iterations = static_cast<int>((left + units - 1) / units);
+  } else {
+    s.iterations = static_cast<int>((row_groups - s.unit + s.units - 1) / s.units);
+  }
   return s;
 }
 
