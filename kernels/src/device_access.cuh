@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "normsvc/kernels/types.h"
 
@@ -38,6 +39,20 @@ __device__ __forceinline__ __half FromFloat<__half>(float v) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
+}
+
+// Element j of a pack as fp32. A bf16 pair is read from its 32-bit word: the
+// low element is the word shifted up 16 bits, the high one the word with its
+// low 16 bits cleared; that is the exact fp32 value, as __bfloat162float
+// gives it, in one instruction and without splitting the word into halves.
+template <typename T, int W>
+__device__ __forceinline__ float PackElement(const Pack<T, W>& pack, int j) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && W % 2 == 0) {
+    const uint32_t word = reinterpret_cast<const uint32_t*>(&pack)[j / 2];
+    return __uint_as_float(j % 2 == 0 ? word << 16 : word & 0xffff0000u);
+  } else {
+    return ToFloat(pack.e[j]);
+  }
 }
 
 // Activations are read and written once: streaming (evict-first) accesses
@@ -165,7 +180,7 @@ __device__ __forceinline__ void LoadParamsAs(const P* p, bool vectorized, float 
         reinterpret_cast<uint4*>(&pack)[q] = __ldg(reinterpret_cast<const uint4*>(p) + q);
       }
 #pragma unroll
-      for (int j = 0; j < W; ++j) v[j] = ToFloat(pack.e[j]);
+      for (int j = 0; j < W; ++j) v[j] = PackElement(pack, j);
       return;
     }
   }
@@ -173,7 +188,7 @@ __device__ __forceinline__ void LoadParamsAs(const P* p, bool vectorized, float 
     if (vectorized) {
       *reinterpret_cast<uint2*>(&pack) = __ldg(reinterpret_cast<const uint2*>(p));
 #pragma unroll
-      for (int j = 0; j < W; ++j) v[j] = ToFloat(pack.e[j]);
+      for (int j = 0; j < W; ++j) v[j] = PackElement(pack, j);
       return;
     }
   }

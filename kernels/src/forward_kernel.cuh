@@ -23,7 +23,7 @@ template <typename T, int W>
 __device__ __forceinline__ float PackSum(const Pack<T, W>& pack) {
   float s = 0.0f;
 #pragma unroll
-  for (int j = 0; j < W; ++j) s += ToFloat(pack.e[j]);
+  for (int j = 0; j < W; ++j) s += PackElement(pack, j);
   return s;
 }
 
@@ -106,7 +106,7 @@ __device__ __forceinline__ void WriteOutput(const RowPointers<T>& r, int64_t ind
   float y[W];
 #pragma unroll
   for (int j = 0; j < W; ++j) {
-    y[j] = ApplyAffine(NormalizedValue(ToFloat(v.e[j]), stats, layer_norm), g[j], b[j],
+    y[j] = ApplyAffine(NormalizedValue(PackElement(v, j), stats, layer_norm), g[j], b[j],
                        r.gamma != nullptr, r.beta != nullptr);
   }
   StoreOutput<W>(r.out, r.out_dtype, index, y, vectorized);
@@ -125,7 +125,7 @@ __device__ __forceinline__ void WriteOutputCached(const RowPointers<T>& r, int64
   float y[W];
 #pragma unroll
   for (int j = 0; j < W; ++j) {
-    y[j] = ApplyAffine(NormalizedValue(ToFloat(v.e[j]), stats, layer_norm), g[j], b[j],
+    y[j] = ApplyAffine(NormalizedValue(PackElement(v, j), stats, layer_norm), g[j], b[j],
                        r.gamma != nullptr, r.beta != nullptr);
   }
   StoreOutput<W>(r.out, r.out_dtype, index, y, vectorized);
@@ -166,7 +166,7 @@ __device__ __forceinline__ RowStats RowStatistics(const Pack<T, W> (&v)[V], int 
     if (k * team.row_threads + team.rank < chunks) {
 #pragma unroll
       for (int j = 0; j < W; ++j) {
-        const float d = ToFloat(v[k].e[j]) - stats.mean_hi;
+        const float d = PackElement(v[k], j) - stats.mean_hi;
         moments[0] += d;
         moments[1] = fmaf(d, d, moments[1]);
       }

@@ -68,7 +68,7 @@ __device__ __forceinline__ void WriteLeanRow(const DeviceSegment& s, T* out,
     Pack<T, W> y;
 #pragma unroll
     for (int j = 0; j < W; ++j) {
-      const float n = NormalizedValue(ToFloat(v[k].e[j]), stats, kLayerNorm);
+      const float n = NormalizedValue(PackElement(v[k], j), stats, kLayerNorm);
       y.e[j] = FromFloat<T>(ApplyAffine(n, g[j], b[j], kGamma, kBeta));
     }
     StoreFastChunk<T, W>(out + index, y);

@@ -113,7 +113,7 @@ __device__ __forceinline__ void ReadParamPack(const uint8_t* slot, float (&v)[W]
     for (int j = 0; j < W; ++j) pack.e[j] = reinterpret_cast<const P*>(slot)[j];
   }
 #pragma unroll
-  for (int j = 0; j < W; ++j) v[j] = ToFloat(pack.e[j]);
+  for (int j = 0; j < W; ++j) v[j] = PackElement(pack, j);
 }
 
 // Parameters of chunk slot k (gamma: which = 0, beta: which = 1) as floats.
