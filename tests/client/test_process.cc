@@ -64,6 +64,11 @@ bool WaitFor(pid_t pid, std::chrono::milliseconds timeout, int* status) {
 
 }  // namespace
 
+std::string ProgramPath(const char* variable, const char* built_path) {
+  const char* path = std::getenv(variable);
+  return path != nullptr && *path != '\0' ? std::string(path) : std::string(built_path);
+}
+
 int PickFreePort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address = Loopback(0);

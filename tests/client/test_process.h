@@ -11,6 +11,11 @@
 
 namespace normsvc::testing {
 
+// The program a test runs: the path in environment variable `variable` when
+// set (binaries moved away from their build tree, e.g. to a GPU machine),
+// else `built_path`.
+std::string ProgramPath(const char* variable, const char* built_path);
+
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int PickFreePort();
 // True once 127.0.0.1:port accepts a connection (polls until `timeout`).

@@ -18,6 +18,11 @@
 namespace normsvc::server::testing {
 namespace {
 
+// The normsvc binary: NORMSVC_SERVER_BINARY when set, else the build's.
+std::string ServerBinary() {
+  return normsvc::testing::ProgramPath("NORMSVC_SERVER_BINARY", NORMSVC_SERVER_PATH);
+}
+
 using Clock = std::chrono::steady_clock;
 using normsvc::testing::ChildProcess;
 using normsvc::testing::HttpGet;
@@ -60,7 +65,7 @@ TEST(DrainProcessTest, SigtermWithHundredsInFlightAnswersEveryAcceptedRequest) {
   // Batches wait for the queue delay (a minute) and never fill, so every
   // request stays queued until the signal; the drain then launches them.
   ChildProcess server(
-      {NORMSVC_SERVER_PATH, "--backend=cpu", "--grpc_address=" + target,
+      {ServerBinary(), "--backend=cpu", "--grpc_address=" + target,
        "--metrics_address=127.0.0.1:" + std::to_string(metrics_port),
        "--max_queue_delay_us=60000000", "--max_batch_rows=1000000", "--max_batch_bytes=1073741824",
        "--drain_timeout_s=" + std::to_string(kDrainTimeoutS), "--drain_grace_ms=1000"},

@@ -19,6 +19,11 @@
 namespace normsvc::server::testing {
 namespace {
 
+// The normsvc binary: NORMSVC_SERVER_BINARY when set, else the build's.
+std::string ServerBinary() {
+  return normsvc::testing::ProgramPath("NORMSVC_SERVER_BINARY", NORMSVC_SERVER_PATH);
+}
+
 using normsvc::testing::RunCommand;
 
 constexpr char kMappedPrefix[] = "0000000000000000FFFF0000";
@@ -177,7 +182,7 @@ TEST(SecurityFlagsTest, FlagsThatBelongTogetherAreCheckedWhileParsing) {
 }
 
 TEST(SecurityFlagsTest, HelpDocumentsTheSecurityFlags) {
-  const normsvc::testing::CommandResult help = RunCommand({NORMSVC_SERVER_PATH, "--help"});
+  const normsvc::testing::CommandResult help = RunCommand({ServerBinary(), "--help"});
   ASSERT_EQ(help.exit_code, 0);
   for (const char* text :
        {"--tls_cert_file (env NORMSVC_TLS_CERT_FILE", "--tls_key_file (env NORMSVC_TLS_KEY_FILE",
@@ -208,7 +213,7 @@ TEST_F(StartupTest, TheBinaryExitsWithAMessageNamingTheFlag) {
        "normsvc: --tls_client_ca_file needs --tls_cert_file and --tls_key_file"},
   };
   for (const Case& c : cases) {
-    std::vector<std::string> argv = {NORMSVC_SERVER_PATH, "--grpc_address=127.0.0.1:0",
+    std::vector<std::string> argv = {ServerBinary(), "--grpc_address=127.0.0.1:0",
                                      "--metrics_address=", "--backend=cpu"};
     argv.insert(argv.end(), c.args.begin(), c.args.end());
     const normsvc::testing::CommandResult result = RunCommand(argv, std::chrono::seconds(30));
@@ -222,7 +227,7 @@ TEST_F(StartupTest, BinaryWithMutualTlsTokenAndLoopbackMetricsServesAndExitsClea
   const int metrics_port = normsvc::testing::PickFreePort();
   const std::string token = "binary-test-token";
   normsvc::testing::ChildProcess server(
-      {NORMSVC_SERVER_PATH, "--grpc_address=127.0.0.1:" + std::to_string(grpc_port),
+      {ServerBinary(), "--grpc_address=127.0.0.1:" + std::to_string(grpc_port),
        "--metrics_address=127.0.0.1:" + std::to_string(metrics_port), "--backend=cpu",
        "--tls_cert_file=" + pki_->server_cert, "--tls_key_file=" + pki_->server_key,
        "--tls_client_ca_file=" + pki_->ca_cert,
