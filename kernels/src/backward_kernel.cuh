@@ -86,8 +86,8 @@ __global__ void __launch_bounds__(512, 1)
         next_x[k] = LoadChunk<T, W>(x_row + static_cast<int64_t>(chunk) * W, vectorized);
         next_dy[k] = LoadChunk<T, W>(dy_row + static_cast<int64_t>(chunk) * W, vectorized);
       } else {
-#pragma unroll
-        for (int j = 0; j < W; ++j) next_x[k].e[j] = next_dy[k].e[j] = FromFloat<T>(0.0f);
+        ZeroPack(next_x[k]);
+        ZeroPack(next_dy[k]);
       }
     }
     if (p.rstd != nullptr && active) {
@@ -123,8 +123,8 @@ __global__ void __launch_bounds__(512, 1)
       if (chunk < chunks) {
 #pragma unroll
         for (int j = 0; j < W; ++j) {
-          const float xhat = ((ToFloat(x[k].e[j]) - stats.mean_hi) - stats.mean_lo) * stats.rstd;
-          const float g = ToFloat(dy[k].e[j]) * gamma[k][j];
+          const float xhat = ((PackElement(x[k], j) - stats.mean_hi) - stats.mean_lo) * stats.rstd;
+          const float g = PackElement(dy[k], j) * gamma[k][j];
           sums[0] += g;
           sums[1] = fmaf(g, xhat, sums[1]);
         }
@@ -142,8 +142,9 @@ __global__ void __launch_bounds__(512, 1)
           Pack<T, W> dx;
 #pragma unroll
           for (int j = 0; j < W; ++j) {
-            const float dyv = ToFloat(dy[k].e[j]);
-            const float xhat = ((ToFloat(x[k].e[j]) - stats.mean_hi) - stats.mean_lo) * stats.rstd;
+            const float dyv = PackElement(dy[k], j);
+            const float xhat =
+                ((PackElement(x[k], j) - stats.mean_hi) - stats.mean_lo) * stats.rstd;
             const float g = dyv * gamma[k][j];
             dx.e[j] = FromFloat<T>(fmaf(-xhat, mean_gx, g - mean_g) * stats.rstd);
             dgamma[k][j] = fmaf(dyv, xhat, dgamma[k][j]);

@@ -103,20 +103,22 @@ KernelPlan PlanForward(int64_t hidden, DType x_dtype) {
   return Streamed();
 }
 
-// Backward holds x, dy and the dgamma/dbeta accumulators per thread: 8
-// elements per thread in the vector layout (16 only for the largest clustered
-// rows), 8 in the strided one.
+// Backward holds x, dy and the dgamma/dbeta accumulators per thread: two
+// 16-byte chunks of each in the vector layout (8 fp32 or 16 16-bit elements;
+// 16 fp32 for the largest clustered rows), so that a thread keeps 64 bytes of
+// the next row in flight; 8 elements in the strided one.
 KernelPlan PlanBackward(int64_t hidden, DType x_dtype) {
   const int w = VectorWidth(x_dtype);
   if (hidden % w == 0) {
     const int64_t chunks = hidden / w;
-    const int slots = 8 / w;  // 1 for 16-bit dtypes, 2 for fp32
+    constexpr int slots = 2;
+    const int most_slots = w == 4 ? 4 : 2;  // the instantiated ones
     if (chunks <= 32) return InBlock(Layout::kVector, 1, w, PowerOfTwoAtLeast(chunks));
     if (chunks <= slots * kMaxBlockThreads) {
       return InBlock(Layout::kVector, slots, w,
                      std::max(32, PowerOfTwoAtLeast(CeilDiv(chunks, slots))));
     }
-    for (const int s : {slots, 2 * slots}) {
+    for (const int s : {slots, most_slots}) {
       if (chunks <= static_cast<int64_t>(s) * kMaxBlockThreads * kMaxCluster) {
         return InCluster(Layout::kVector, s, w, kMaxBlockThreads,
                          static_cast<int>(CeilDiv(chunks, s * kMaxBlockThreads)));
