@@ -1,5 +1,6 @@
 #include "server/kserve_request.h"
 
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -76,7 +77,7 @@ absl::Status ReadEpsilon(const inference::ModelInferRequest& request, float* eps
   // Zero would mean "the default" to the normsvc.v1 path; the protocol has
   // no such convention, so it is refused here like any non-positive value.
   const float as_float = static_cast<float>(value);
-  if (!(as_float > 0)) {
+  if (!(as_float > 0) || !std::isfinite(as_float)) {
     return absl::InvalidArgumentError(
         absl::StrCat("parameter 'epsilon' must be finite and > 0 in FP32, got ", value));
   }
