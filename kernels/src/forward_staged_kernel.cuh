@@ -8,10 +8,12 @@
 // keeps in flight far below what the memory system needs (0.17 of a copy's
 // bandwidth for bf16 at H = 2049). Here 16-byte asynchronous copies
 // (cp.async, no registers) move each row's 16-byte-aligned middle into
-// shared memory, kStagedStages - 1 rows
-// ahead of the block's arithmetic, whatever the row's alignment; the at most
-// 15 bytes before and after it are read from global memory directly. A block
-// is persistent: it loops over its rows and keeps the next ones in flight.
+// shared memory, kStagedStages - 1 rows ahead of the block's arithmetic,
+// whatever the row's alignment; the at most 15 bytes before and after it are
+// read from global memory directly. A block is persistent: it loops over its
+// rows and keeps the next ones in flight. (The profile of round 6 in
+// BENCHMARKS.md: the kernel is bound by the one-element slots' instructions,
+// about 30 an element to write it, not by memory.)
 // Each pass (sum, moments, output) reads the row from its image and visits
 // only the slots that hold elements: no register holds the row, and a row of
 // H = 2049 costs 9 slots' work, not the plan's 16.
