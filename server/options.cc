@@ -120,7 +120,9 @@ std::vector<FlagSpec> Flags() {
                             "queued requests per executor before RESOURCE_EXHAUSTED"));
   flags.push_back(Int64Flag("idle_spin_us", &ServerOptions::idle_spin_us,
                             "how long one idle batch worker polls for new requests before it "
-                            "sleeps (lower latency at low load for up to one busy core; 0: off)"));
+                            "sleeps: lower latency at low load on a host with idle cores, for up "
+                            "to one busy core; on a busy or CPU-limited host (a pod with a CPU "
+                            "limit) it slows every request (0: off)"));
   flags.push_back(Int64Flag("max_queued_bytes", &ServerOptions::max_queued_bytes,
                             "request + response bytes accepted and not yet answered, per server, "
                             "before RESOURCE_EXHAUSTED"));

@@ -42,7 +42,7 @@ struct ServerOptions {
   int64_t max_queue_delay_us = 0;
   int64_t max_queue_size = 4096;
   int batches_in_flight = 2;
-  int64_t idle_spin_us = 500;  // one idle worker polls this long before sleeping
+  int64_t idle_spin_us = 0;  // one idle worker polls this long before sleeping (0: off)
 
   // Memory bounds.
   int64_t max_queued_bytes = int64_t{1} << 30;  // request + response bytes accepted, per server
