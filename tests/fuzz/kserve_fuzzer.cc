@@ -24,56 +24,36 @@
 // requests for every model kind into <dir> and exits.
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/stubs/logging.h"
+#include "fuzz_contract.h"
 #include "inference/grpc_service.pb.h"
-#include "server/cpu_executor.h"
 #include "server/kserve_models.h"
 #include "server/kserve_request.h"
 #include "server/parameter_store.h"
 #include "server/task_builder.h"
 #include "server/tensor_codec.h"
 #include "server/validation.h"
+#include "server_fixture.h"
 
 namespace {
 
 namespace v1 = ::normsvc::v1;
 namespace kernels = ::normsvc::kernels;
 using inference::ModelInferRequest;
-using normsvc::server::CpuExecutor;
-using normsvc::server::CpuExecutorOptions;
+using normsvc::fuzz::Report;
+using normsvc::fuzz::Require;
+using normsvc::fuzz::WriteSeed;
 using normsvc::server::ForwardPlan;
 using normsvc::server::KserveModel;
-using normsvc::server::ParameterLimits;
 using normsvc::server::ParameterStore;
 using normsvc::server::RequestLimits;
-
-void Require(bool condition, const char* what) {
-  if (!condition) {
-    std::fprintf(stderr, "KServe decoding contract broken: %s\n", what);
-    std::abort();
-  }
-}
-
-// Rejections must name what is wrong and carry their stage's code. With
-// NORMSVC_FUZZ_PRINT_STATUS set, each outcome is printed, e.g.
-//   NORMSVC_FUZZ_PRINT_STATUS=1 ./fuzz_kserve -runs=0 corpus | sort | uniq -c
-void Report(const absl::Status& status) {
-  static const bool print = std::getenv("NORMSVC_FUZZ_PRINT_STATUS") != nullptr;
-  Require(status.ok() || !status.message().empty(), "an error without a message");
-  if (!print) return;
-  const std::string message(status.message());
-  std::printf("%s %s\n", absl::StatusCodeToString(status.code()).c_str(),
-              message.substr(0, message.find_first_of("0123456789'")).c_str());
-}
+using Fixture = normsvc::fuzz::ServerFixture;
 
 // A view must lie inside the bytes of `tensor`, the translated request's.
 void RequireInside(const void* view, int64_t bytes, const v1::Tensor& tensor, const char* what) {
@@ -84,45 +64,6 @@ void RequireInside(const void* view, int64_t bytes, const v1::Tensor& tensor, co
 }
 
 int64_t Size(kernels::DType dtype) { return static_cast<int64_t>(kernels::DTypeSize(dtype)); }
-
-struct Fixture {
-  RequestLimits small_limits;    // "beyond the limit" reachable with small inputs
-  RequestLimits default_limits;  // what the server runs with unless configured
-  std::unique_ptr<CpuExecutor> executor;
-  std::unique_ptr<ParameterStore> store;
-};
-
-// The sets behind the models layernorm.<set> and rmsnorm.<set>: "ln" (FP32
-// gamma+beta, H=8; rmsnorm.ln is refused), "rms" (BF16 gamma, H=16),
-// "half" (FP16 gamma+beta, H=4).
-Fixture& GetFixture() {
-  static Fixture* fixture = [] {
-    auto* f = new Fixture;
-    f->small_limits.max_hidden_size = 4096;
-    f->small_limits.max_request_rows = 4096;
-    f->small_limits.max_request_bytes = int64_t{1} << 20;
-    f->executor = std::make_unique<CpuExecutor>(CpuExecutorOptions{0, 1, 1});
-    f->store = std::make_unique<ParameterStore>(
-        ParameterLimits{}, std::vector<normsvc::server::Executor*>{f->executor.get()});
-    struct Set {
-      const char* name;
-      int64_t hidden;
-      kernels::DType dtype;
-      bool beta;
-    };
-    for (const Set& set :
-         {Set{"ln", 8, kernels::DType::kF32, true}, Set{"rms", 16, kernels::DType::kBF16, false},
-          Set{"half", 4, kernels::DType::kF16, true}}) {
-      const std::string gamma(static_cast<size_t>(set.hidden * Size(set.dtype)), '\x3c');
-      const std::string beta = set.beta ? std::string(gamma.size(), '\x01') : std::string();
-      if (!f->store->Register(set.name, set.hidden, set.dtype, gamma, beta, false).ok()) {
-        std::abort();
-      }
-    }
-    return f;
-  }();
-  return *fixture;
-}
 
 void CheckModel(const KserveModel& model, const ModelInferRequest& request,
                 const ParameterStore& store) {
@@ -307,13 +248,6 @@ void AddInput(ModelInferRequest* r, const char* name, const char* datatype,
   r->add_raw_input_contents(std::string(static_cast<size_t>(count * element), '\x3f'));
 }
 
-void WriteSeed(const std::string& dir, const std::string& name, char limits,
-               const ModelInferRequest& request) {
-  std::ofstream out(dir + "/" + name, std::ios::binary | std::ios::trunc);
-  out << limits << request.SerializeAsString();
-  if (!out) std::abort();
-}
-
 ModelInferRequest ForModel(const char* name) {
   ModelInferRequest r;
   r.set_model_name(name);
@@ -377,20 +311,13 @@ void WriteSeeds(const std::string& dir) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  if (const char* dir = std::getenv("NORMSVC_FUZZ_WRITE_SEEDS")) {
-    WriteSeeds(dir);
-    std::exit(0);
-  }
-  // Parsing logs every string field with invalid UTF-8 (the request is then
-  // rejected); at fuzzing rates that is only noise.
-  google::protobuf::SetLogHandler(nullptr);
-  GetFixture();
+  normsvc::fuzz::InitializeRequestFuzzer(WriteSeeds);
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  const Fixture& f = GetFixture();
+  const Fixture& f = normsvc::fuzz::GetServerFixture();
   const RequestLimits& limits = data[0] % 2 == 0 ? f.small_limits : f.default_limits;
   ModelInferRequest request;
   if (!request.ParseFromArray(data + 1, static_cast<int>(size - 1))) return 0;

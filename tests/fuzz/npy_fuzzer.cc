@@ -18,19 +18,14 @@
 #include <string_view>
 #include <vector>
 
+#include "fuzz_contract.h"
 #include "normsvc/client/npy.h"
 
 namespace {
 
 using normsvc::client::NpyArray;
 using normsvc::client::NpyDType;
-
-void Require(bool condition, const char* what) {
-  if (!condition) {
-    std::fprintf(stderr, ".npy reader contract broken: %s\n", what);
-    std::abort();
-  }
-}
+using normsvc::fuzz::Require;
 
 bool SameArray(const NpyArray& a, const NpyArray& b) {
   return a.dtype == b.dtype && a.shape == b.shape && a.data == b.data;

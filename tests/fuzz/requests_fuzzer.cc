@@ -12,40 +12,31 @@
 // Seed corpus: NORMSVC_FUZZ_WRITE_SEEDS=<dir> ./fuzz_requests writes valid
 // requests of every kind into <dir> and exits.
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "google/protobuf/stubs/logging.h"
+#include "fuzz_contract.h"
 #include "normsvc/v1/normalizer.pb.h"
-#include "server/cpu_executor.h"
 #include "server/parameter_store.h"
 #include "server/validation.h"
+#include "server_fixture.h"
 
 namespace {
 
 namespace v1 = ::normsvc::v1;
 namespace kernels = ::normsvc::kernels;
+using normsvc::fuzz::Report;
+using normsvc::fuzz::Require;
+using normsvc::fuzz::WriteSeed;
 using normsvc::server::BackwardPlan;
-using normsvc::server::CpuExecutor;
-using normsvc::server::CpuExecutorOptions;
 using normsvc::server::ForwardPlan;
 using normsvc::server::ParameterLimits;
 using normsvc::server::ParameterStore;
 using normsvc::server::ParameterViews;
 using normsvc::server::RegisterPlan;
 using normsvc::server::RequestLimits;
+using Fixture = normsvc::fuzz::ServerFixture;
 using normsvc::server::TensorView;
-
-void Require(bool condition, const char* what) {
-  if (!condition) {
-    std::fprintf(stderr, "validation contract broken: %s\n", what);
-    std::abort();
-  }
-}
 
 // Reads every byte of [data, data + bytes) so that ASan reports a view that
 // reaches past what the request holds.
@@ -59,60 +50,7 @@ void TouchBytes(const void* data, int64_t bytes) {
   (void)sum;
 }
 
-// Rejections must name what is wrong. With NORMSVC_FUZZ_PRINT_STATUS set,
-// each outcome is printed, e.g. to see which checks a corpus reaches:
-//   NORMSVC_FUZZ_PRINT_STATUS=1 ./fuzz_requests -runs=0 corpus | sort | uniq -c
-void Report(const absl::Status& status) {
-  static const bool print = std::getenv("NORMSVC_FUZZ_PRINT_STATUS") != nullptr;
-  Require(status.ok() || !status.message().empty(), "an error without a message");
-  if (!print) return;
-  // The message up to its first digit or quote: the check, without the values.
-  const std::string message(status.message());
-  std::printf("%s %s\n", absl::StatusCodeToString(status.code()).c_str(),
-              message.substr(0, message.find_first_of("0123456789'")).c_str());
-}
-
 int64_t Size(kernels::DType dtype) { return static_cast<int64_t>(kernels::DTypeSize(dtype)); }
-
-struct Fixture {
-  RequestLimits small_limits;    // "beyond the limit" reachable with small inputs
-  RequestLimits default_limits;  // what the server runs with unless configured
-  std::unique_ptr<CpuExecutor> executor;
-  std::unique_ptr<ParameterStore> store;
-};
-
-// Registered sets the requests may name: "ln" (FP32 gamma+beta, H=8),
-// "rms" (BF16 gamma, H=16), "half" (FP16 gamma+beta, H=4).
-void RegisterSets(ParameterStore& store) {
-  struct Set {
-    const char* name;
-    int64_t hidden;
-    kernels::DType dtype;
-    bool beta;
-  };
-  for (const Set& set :
-       {Set{"ln", 8, kernels::DType::kF32, true}, Set{"rms", 16, kernels::DType::kBF16, false},
-        Set{"half", 4, kernels::DType::kF16, true}}) {
-    const std::string gamma(static_cast<size_t>(set.hidden * Size(set.dtype)), '\x3c');
-    const std::string beta = set.beta ? std::string(gamma.size(), '\x01') : std::string();
-    if (!store.Register(set.name, set.hidden, set.dtype, gamma, beta, false).ok()) std::abort();
-  }
-}
-
-Fixture& GetFixture() {
-  static Fixture* fixture = [] {
-    auto* f = new Fixture;
-    f->small_limits.max_hidden_size = 4096;
-    f->small_limits.max_request_rows = 4096;
-    f->small_limits.max_request_bytes = int64_t{1} << 20;
-    f->executor = std::make_unique<CpuExecutor>(CpuExecutorOptions{0, 1, 1});
-    f->store = std::make_unique<ParameterStore>(
-        ParameterLimits{}, std::vector<normsvc::server::Executor*>{f->executor.get()});
-    RegisterSets(*f->store);
-    return f;
-  }();
-  return *fixture;
-}
 
 void CheckInput(const TensorView& input) {
   Require(input.rows >= 0 && input.hidden >= 1, "input dimensions");
@@ -217,13 +155,6 @@ void SetTensor(v1::Tensor* tensor, v1::DType dtype, std::vector<int64_t> shape, 
   tensor->set_data(Filled(count * element, 0x3f));
 }
 
-void WriteSeed(const std::string& dir, const std::string& name, char kind,
-               const google::protobuf::Message& message) {
-  std::ofstream out(dir + "/" + name, std::ios::binary | std::ios::trunc);
-  out << kind << message.SerializeAsString();
-  if (!out) std::abort();
-}
-
 void WriteSeeds(const std::string& dir) {
   {
     v1::NormalizeRequest r;
@@ -300,20 +231,13 @@ void WriteSeeds(const std::string& dir) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  if (const char* dir = std::getenv("NORMSVC_FUZZ_WRITE_SEEDS")) {
-    WriteSeeds(dir);
-    std::exit(0);
-  }
-  // Parsing logs every string field with invalid UTF-8 (the request is then
-  // rejected); at fuzzing rates that is only noise.
-  google::protobuf::SetLogHandler(nullptr);
-  GetFixture();
+  normsvc::fuzz::InitializeRequestFuzzer(WriteSeeds);
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  const Fixture& f = GetFixture();
+  const Fixture& f = normsvc::fuzz::GetServerFixture();
   // data[0] % 3: the message; (data[0] / 3) % 2: small or default limits.
   const RequestLimits& limits = (data[0] / 3) % 2 == 0 ? f.small_limits : f.default_limits;
   switch (data[0] % 3) {

@@ -24,6 +24,14 @@ std::vector<uint8_t> RunStagedAlone(ForwardCase& c) {
   return c.OutputBytes();
 }
 
+// One case alone, checked against the double reference.
+void RunAndCheckStaged(const ForwardSpec& spec, std::mt19937_64& rng, const char* label) {
+  ForwardCase c(spec, rng);
+  c.Upload();
+  RunStagedAlone(c);
+  c.Check(label);
+}
+
 // Every row alignment (offsets 0..8 elements, padded pitches), both ops,
 // every affine combination, fp32 parameters for 16-bit activations, and row
 // counts that leave the last block's groups partly empty and make blocks
@@ -91,10 +99,7 @@ TEST(ForwardStaged, ManyRowsPerBlock) {
     spec.hidden = shape.hidden;
     spec.offset = 3;
     spec.stats = true;
-    ForwardCase c(spec, rng);
-    c.Upload();
-    RunStagedAlone(c);
-    c.Check("staged, many rows a block");
+    RunAndCheckStaged(spec, rng, "staged, many rows a block");
   }
 }
 
@@ -111,10 +116,7 @@ TEST(ForwardStaged, FewRows) {
       spec.hidden = hidden;
       spec.offset = rows;
       spec.stats = true;
-      ForwardCase c(spec, rng);
-      c.Upload();
-      RunStagedAlone(c);
-      c.Check("staged, few rows");
+      RunAndCheckStaged(spec, rng, "staged, few rows");
     }
   }
 }

@@ -71,9 +71,9 @@ TEST_F(BatcherSpinTest, TasksArrivingDuringAndAfterTheSpinAreTakenAndCloseEndsTh
   EXPECT_EQ(third.get(), -1);
 
   EXPECT_EQ(during.calls, 1);
-  EXPECT_EQ(during.code, absl::StatusCode::kOk);
+  EXPECT_EQ(during.code(), absl::StatusCode::kOk);
   EXPECT_EQ(after.calls, 1);
-  EXPECT_EQ(after.code, absl::StatusCode::kOk);
+  EXPECT_EQ(after.code(), absl::StatusCode::kOk);
   EXPECT_EQ(batcher.pending_requests(), 0);
 }
 

@@ -12,21 +12,13 @@
 #include "server/memory_budget.h"
 #include "server/metrics.h"
 #include "server/reply_pool.h"
+#include "test_tasks.h"
 
 namespace normsvc::server {
 namespace {
 
-class RecordingSink final : public TaskSink {
- public:
-  bool IsCancelled() const override { return cancelled; }
-  void OnTaskDone(const absl::Status& status) override {
-    ++calls;
-    result = status;
-  }
-  bool cancelled = false;
-  int calls = 0;
-  std::optional<absl::Status> result;
-};
+using testing::MakeForwardTask;
+using testing::RecordingSink;
 
 // Runs nothing: records each batch's task ids and returns statuses chosen by
 // the test.
@@ -74,15 +66,9 @@ class BatcherTest : public ::testing::Test {
   // A task of `rows` rows (16 input bytes and 16 output bytes per row).
   std::unique_ptr<Task> MakeTask(int64_t rows, TaskKind kind = TaskKind::kForward,
                                  absl::Time deadline = absl::InfiniteFuture()) {
-    auto task = std::make_unique<Task>();
+    std::unique_ptr<Task> task = MakeForwardTask(rows, &sinks_.emplace_back());
     task->kind = kind;
-    task->rows = rows;
-    task->hidden = 4;
-    task->input_bytes = rows * 16;
-    task->output_bytes = rows * 16;
-    task->staging_bytes = rows * 32;
     task->deadline = deadline;
-    task->sink = &sinks_.emplace_back();
     return task;
   }
   void Schedule(Batcher& batcher, std::unique_ptr<Task> task) {

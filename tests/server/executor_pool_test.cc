@@ -96,7 +96,7 @@ TEST_F(ExecutorPoolTest, UnhealthyExecutorsGetNoWorkAndNoneHealthyIsReportedOnce
   pool.reset();
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(sinks_[i].calls, 1) << i;
-    EXPECT_EQ(sinks_[i].code, absl::StatusCode::kUnavailable) << i;
+    EXPECT_EQ(sinks_[i].code(), absl::StatusCode::kUnavailable) << i;
   }
   for (int i = 4; i < 7; ++i) EXPECT_EQ(sinks_[i].calls, 0) << i;  // refused, never accepted
   EXPECT_EQ(budget_.used(), 0);

@@ -4,21 +4,27 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "server/task.h"
 
 namespace normsvc::server::testing {
 
+// Records how its task ended; reports itself cancelled when told to.
 class RecordingSink final : public TaskSink {
  public:
-  bool IsCancelled() const override { return false; }
+  bool IsCancelled() const override { return cancelled; }
   void OnTaskDone(const absl::Status& status) override {
     ++calls;
-    code = status.code();
+    result = status;
   }
+  // The last status's code; kUnknown before any.
+  absl::StatusCode code() const { return result ? result->code() : absl::StatusCode::kUnknown; }
+
+  bool cancelled = false;
   int calls = 0;
-  absl::StatusCode code = absl::StatusCode::kUnknown;
+  std::optional<absl::Status> result;
 };
 
 inline std::unique_ptr<Task> MakeForwardTask(int64_t rows, TaskSink* sink) {
