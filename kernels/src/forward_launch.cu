@@ -124,19 +124,17 @@ constexpr int64_t kMaxFastUnits = int64_t{1} << 20;
 // so every forward launch may overlap the previous kernel's tail.
 constexpr bool kEarlyLaunch = true;
 
-// The staged kernel is persistent too: at most one wave of blocks, each with
-// kStagedStages rows in flight in its shared memory.
-Status LaunchStaged(DType x_dtype, DType param_dtype, const KernelPlan& plan,
-                    const ForwardParams& params, cudaStream_t stream) {
-  const detail::ForwardKernel kernel = detail::FindStagedForwardKernel(x_dtype, plan, param_dtype);
-  if (kernel == nullptr) return Status(Code::kInternal, "no staged forward kernel for this plan");
-  const std::size_t smem = detail::StagedSharedBytes(
-      params.single.hidden, static_cast<int64_t>(DTypeSize(x_dtype)), plan.groups);
+// A persistent launch: at most one wave of units (blocks, or clusters of
+// plan.cluster blocks) with `smem` bytes of dynamic shared memory, each
+// looping over its row groups.
+Status LaunchPersistent(detail::ForwardKernel kernel, const KernelPlan& plan, std::size_t smem,
+                        const ForwardParams& params, cudaStream_t stream) {
   const int64_t resident =
-      detail::ResidentBlocks(reinterpret_cast<const void*>(kernel), plan.block_threads, smem);
-  const int64_t units_needed = (params.total_rows + plan.groups - 1) / plan.groups;
-  const int64_t blocks = std::min(units_needed, std::max<int64_t>(1, resident));
-  return detail::LaunchWithPlan(kernel, plan, blocks, smem, params, stream, kEarlyLaunch);
+      detail::ResidentBlocks(reinterpret_cast<const void*>(kernel), plan.block_threads, smem) /
+      plan.cluster;
+  const int64_t units = std::min(params.row_groups, std::max<int64_t>(1, resident));
+  return detail::LaunchWithPlan(kernel, plan, units * plan.cluster, smem, params, stream,
+                                kEarlyLaunch);
 }
 
 Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, bool fast,
@@ -144,7 +142,15 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
   params.row_groups = (params.total_rows + plan.groups - 1) / plan.groups;
   if (detail::UsesStagedForward(plan, fast, params.segment_count == 1,
                                 params.single.residual != nullptr)) {
-    return LaunchStaged(x_dtype, param_dtype, plan, params, stream);
+    // Each block keeps kStagedStages row images in its shared memory.
+    const detail::ForwardKernel kernel =
+        detail::FindStagedForwardKernel(x_dtype, plan, param_dtype);
+    if (kernel == nullptr) return Status(Code::kInternal, "no staged forward kernel for this plan");
+    return LaunchPersistent(
+        kernel, plan,
+        detail::StagedSharedBytes(params.single.hidden, static_cast<int64_t>(DTypeSize(x_dtype)),
+                                  plan.groups),
+        params, stream);
   }
   const detail::ForwardKernel kernel =
       detail::FindForwardKernel(x_dtype, plan, fast, param_dtype, params.segment_count == 1);
@@ -152,20 +158,16 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
   if (plan.layout == Layout::kStreamed) {
     return detail::LaunchWithPlan(kernel, plan, params.total_rows, 0, params, stream, kEarlyLaunch);
   }
-  const int64_t units_needed =
-      plan.cluster > 1 ? params.total_rows : (params.total_rows + plan.groups - 1) / plan.groups;
   if (fast) {
     return detail::LaunchWithPlan(kernel, plan,
-                                  std::min(units_needed, kMaxFastUnits) * plan.cluster, 0, params,
-                                  stream, kEarlyLaunch);
+                                  std::min(params.row_groups, kMaxFastUnits) * plan.cluster, 0,
+                                  params, stream, kEarlyLaunch);
   }
-  const std::size_t smem = detail::ParamCacheBytes(
-      plan.slots, plan.width, static_cast<int>(DTypeSize(param_dtype)), plan.block_threads);
-  const int64_t resident =
-      detail::ResidentBlocks(reinterpret_cast<const void*>(kernel), plan.block_threads, smem) /
-      plan.cluster;
-  const int64_t blocks = std::min(units_needed, std::max<int64_t>(1, resident)) * plan.cluster;
-  return detail::LaunchWithPlan(kernel, plan, blocks, smem, params, stream, kEarlyLaunch);
+  return LaunchPersistent(
+      kernel, plan,
+      detail::ParamCacheBytes(plan.slots, plan.width, static_cast<int>(DTypeSize(param_dtype)),
+                              plan.block_threads),
+      params, stream);
 }
 
 }  // namespace

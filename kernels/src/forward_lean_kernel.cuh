@@ -25,6 +25,8 @@
 // or on the general path (batch invariance).
 #pragma once
 
+#include <type_traits>
+
 #include "forward_kernel.cuh"
 #include "segment_lookup.cuh"
 
@@ -75,20 +77,21 @@ __device__ __forceinline__ void WriteLeanRow(const DeviceSegment& s, T* out,
   }
 }
 
-template <typename T, typename P, int V, int W, bool kLayerNorm>
-__device__ __forceinline__ void WriteLeanRowAffine(const DeviceSegment& s, T* out,
-                                                   const Pack<T, W> (&v)[V], const RowStats& stats,
-                                                   const RowTeam& team, int chunks) {
+// Calls write(gamma, beta) with the presence of the segment's gamma and beta
+// as compile-time constants (std::true_type / std::false_type), decided once
+// per row: the output loops are specialized for each of the four cases.
+template <bool kLayerNorm, typename Write>
+__device__ __forceinline__ void WithAffine(const DeviceSegment& s, Write&& write) {
   const bool has_gamma = s.gamma != nullptr;
   const bool has_beta = kLayerNorm && s.beta != nullptr;
   if (has_gamma && has_beta) {
-    WriteLeanRow<T, P, V, W, kLayerNorm, true, true>(s, out, v, stats, team, chunks);
+    write(std::true_type{}, std::true_type{});
   } else if (has_gamma) {
-    WriteLeanRow<T, P, V, W, kLayerNorm, true, false>(s, out, v, stats, team, chunks);
+    write(std::true_type{}, std::false_type{});
   } else if (has_beta) {
-    WriteLeanRow<T, P, V, W, kLayerNorm, false, true>(s, out, v, stats, team, chunks);
+    write(std::false_type{}, std::true_type{});
   } else {
-    WriteLeanRow<T, P, V, W, kLayerNorm, false, false>(s, out, v, stats, team, chunks);
+    write(std::false_type{}, std::false_type{});
   }
 }
 
@@ -141,7 +144,10 @@ __device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& 
                                                   scratch, (it & 1) * 2);
     if (!active) continue;
     T* out = static_cast<T*>(s.out) + r * s.out_stride;
-    WriteLeanRowAffine<T, P, V, W, kLayerNorm>(s, out, v, stats, team, chunks);
+    WithAffine<kLayerNorm>(s, [&](auto gamma, auto beta) {
+      WriteLeanRow<T, P, V, W, kLayerNorm, decltype(gamma)::value, decltype(beta)::value>(
+          s, out, v, stats, team, chunks);
+    });
     if (team.rank == 0) {
       if (s.mean != nullptr) s.mean[r] = stats.mean_hi + stats.mean_lo;
       if (s.rstd != nullptr) s.rstd[r] = stats.rstd;

@@ -171,23 +171,6 @@ __device__ __forceinline__ void WriteStagedRow(const DeviceSegment& s, const T* 
 }
 
 template <typename T, typename P, bool kLayerNorm>
-__device__ __forceinline__ void WriteStagedRowAffine(const DeviceSegment& s, const T* x,
-                                                     const StagedImage<T>& image, T* out,
-                                                     const RowStats& stats, const RowTeam& team) {
-  const bool has_gamma = s.gamma != nullptr;
-  const bool has_beta = kLayerNorm && s.beta != nullptr;
-  if (has_gamma && has_beta) {
-    WriteStagedRow<T, P, kLayerNorm, true, true>(s, x, image, out, stats, team);
-  } else if (has_gamma) {
-    WriteStagedRow<T, P, kLayerNorm, true, false>(s, x, image, out, stats, team);
-  } else if (has_beta) {
-    WriteStagedRow<T, P, kLayerNorm, false, true>(s, x, image, out, stats, team);
-  } else {
-    WriteStagedRow<T, P, kLayerNorm, false, false>(s, x, image, out, stats, team);
-  }
-}
-
-template <typename T, typename P, bool kLayerNorm>
 __device__ __forceinline__ void StagedRows(const ForwardParams& p, unsigned char* images,
                                            ReduceScratch& scratch) {
   const DeviceSegment& s = p.single;
@@ -220,7 +203,10 @@ __device__ __forceinline__ void StagedRows(const ForwardParams& p, unsigned char
                                team, scratch, (it & 1) * 2);
     if (active) {
       T* out = static_cast<T*>(s.out) + row * s.out_stride;
-      WriteStagedRowAffine<T, P, kLayerNorm>(s, x, image, out, stats, team);
+      WithAffine<kLayerNorm>(s, [&](auto gamma, auto beta) {
+        WriteStagedRow<T, P, kLayerNorm, decltype(gamma)::value, decltype(beta)::value>(
+            s, x, image, out, stats, team);
+      });
       if (team.rank == 0) {
         if (s.mean != nullptr) s.mean[row] = stats.mean_hi + stats.mean_lo;
         if (s.rstd != nullptr) s.rstd[row] = stats.rstd;
