@@ -48,6 +48,9 @@ class KserveService final : public inference::GRPCInferenceService::CallbackServ
   // Part of the server's drain: open ModelStreamInfer streams finish
   // (UNAVAILABLE) now if idle, else after their reply.
   void DrainStreams() { streams_.DrainAll(); }
+  // After gRPC's shutdown: waits until every stream has run OnDone (see
+  // CallRegistry::WaitUntilEmpty); false when some are still open.
+  bool WaitForStreams(absl::Time deadline) { return streams_.WaitUntilEmpty(deadline); }
 
  private:
   // Records the call in the request metrics and answers it.
@@ -56,7 +59,7 @@ class KserveService final : public inference::GRPCInferenceService::CallbackServ
 
   ServiceContext& context_;
   KserveStatistics statistics_;
-  KserveStreamRegistry streams_;
+  CallRegistry streams_;
 };
 
 }  // namespace normsvc::server

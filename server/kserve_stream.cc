@@ -19,10 +19,9 @@ using StreamReactor =
 // leaves the finish to the stream's next step. gRPC operations are issued
 // after mutex_ is released; moving to kDone under it makes Finish happen
 // exactly once.
-class KserveStreamCall final : public StreamReactor, public KserveInference {
+class KserveStreamCall final : public StreamReactor, public KserveInference, public DrainableCall {
  public:
-  KserveStreamCall(ServiceContext& service, KserveStatistics& statistics,
-                   KserveStreamRegistry& registry)
+  KserveStreamCall(ServiceContext& service, KserveStatistics& statistics, CallRegistry& registry)
       : KserveInference(service, statistics, Method::kModelStreamInfer), registry_(registry) {}
 
   void Begin() {
@@ -30,7 +29,7 @@ class KserveStreamCall final : public StreamReactor, public KserveInference {
     registry_.Add(this);  // may drain at once
   }
 
-  void OnServerDrain() {
+  void OnServerDrain() override {
     {
       absl::MutexLock lock(&mutex_);
       draining_ = true;
@@ -107,7 +106,7 @@ class KserveStreamCall final : public StreamReactor, public KserveInference {
     StartWrite(&reply_);
   }
 
-  KserveStreamRegistry& registry_;
+  CallRegistry& registry_;
   inference::ModelInferRequest request_;
   inference::ModelStreamInferResponse reply_;
   absl::Mutex mutex_;
@@ -116,30 +115,8 @@ class KserveStreamCall final : public StreamReactor, public KserveInference {
   bool draining_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
-void KserveStreamRegistry::Add(KserveStreamCall* stream) {
-  bool drain_now = false;
-  {
-    absl::MutexLock lock(&mutex_);
-    streams_.insert(stream);
-    drain_now = draining_;
-  }
-  if (drain_now) stream->OnServerDrain();
-}
-
-void KserveStreamRegistry::Remove(KserveStreamCall* stream) {
-  absl::MutexLock lock(&mutex_);
-  streams_.erase(stream);
-}
-
-void KserveStreamRegistry::DrainAll() {
-  // Under the lock, so no stream is deleted (Remove waits) while it is told.
-  absl::MutexLock lock(&mutex_);
-  draining_ = true;
-  for (KserveStreamCall* stream : streams_) stream->OnServerDrain();
-}
-
 StreamReactor* StartKserveModelStreamInfer(ServiceContext& service, KserveStatistics& statistics,
-                                           KserveStreamRegistry& registry,
+                                           CallRegistry& registry,
                                            grpc::CallbackServerContext* /*context*/) {
   auto* call = new KserveStreamCall(service, statistics, registry);
   call->Begin();

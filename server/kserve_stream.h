@@ -9,9 +9,8 @@
 
 #include <grpcpp/support/server_callback.h>
 
-#include "absl/container/flat_hash_set.h"
-#include "absl/synchronization/mutex.h"
 #include "inference/grpc_service.pb.h"
+#include "server/call_registry.h"
 #include "server/kserve_statistics.h"
 #include "server/service_context.h"
 
@@ -21,24 +20,8 @@ class CallbackServerContext;
 
 namespace normsvc::server {
 
-class KserveStreamCall;
-
-// Open ModelStreamInfer streams, so a drain can reach idle ones.
-class KserveStreamRegistry {
- public:
-  void Add(KserveStreamCall* stream);
-  void Remove(KserveStreamCall* stream);
-  // Tells every open stream (and any opened later) to finish.
-  void DrainAll();
-
- private:
-  absl::Mutex mutex_;
-  absl::flat_hash_set<KserveStreamCall*> streams_ ABSL_GUARDED_BY(mutex_);
-  bool draining_ ABSL_GUARDED_BY(mutex_) = false;
-};
-
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
 StartKserveModelStreamInfer(ServiceContext& service, KserveStatistics& statistics,
-                            KserveStreamRegistry& registry, grpc::CallbackServerContext* context);
+                            CallRegistry& registry, grpc::CallbackServerContext* context);
 
 }  // namespace normsvc::server

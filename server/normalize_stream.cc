@@ -7,6 +7,8 @@
 
 #include <grpcpp/server_context.h>
 
+#include "absl/synchronization/mutex.h"
+
 #include "server/status_mapping.h"
 #include "server/task_builder.h"
 #include "server/tensor_codec.h"
@@ -19,7 +21,7 @@ using StreamReactor = grpc::ServerBidiReactor<v1::NormalizeRequest, v1::Normaliz
 // StartWrite, Finish) are issued after it is released, from an Actions
 // record decided under it. The flags set while deciding (read_pending_,
 // writing_, finished_) keep two threads from issuing the same operation.
-class NormalizeStreamCall final : public StreamReactor {
+class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
  public:
   NormalizeStreamCall(ServiceContext& service, grpc::CallbackServerContext* context)
       : service_(service), context_(context) {}
@@ -36,7 +38,7 @@ class NormalizeStreamCall final : public StreamReactor {
   }
 
   // Stop reading; finish once every accepted request is answered.
-  void OnServerDrain() {
+  void OnServerDrain() override {
     Actions actions;
     {
       absl::MutexLock lock(&mutex_);
@@ -250,23 +252,6 @@ class NormalizeStreamCall final : public StreamReactor {
   bool write_failed_ ABSL_GUARDED_BY(mutex_) = false;
   bool finished_ ABSL_GUARDED_BY(mutex_) = false;
 };
-
-void StreamRegistry::Add(NormalizeStreamCall* stream) {
-  absl::MutexLock lock(&mutex_);
-  streams_.insert(stream);
-  if (draining_) stream->OnServerDrain();
-}
-
-void StreamRegistry::Remove(NormalizeStreamCall* stream) {
-  absl::MutexLock lock(&mutex_);
-  streams_.erase(stream);
-}
-
-void StreamRegistry::DrainAll() {
-  absl::MutexLock lock(&mutex_);
-  draining_ = true;
-  for (NormalizeStreamCall* stream : streams_) stream->OnServerDrain();
-}
 
 StreamReactor* StartNormalizeStream(ServiceContext& service, grpc::CallbackServerContext* context) {
   auto* call = new NormalizeStreamCall(service, context);

@@ -13,8 +13,6 @@
 
 #include <grpcpp/support/server_callback.h>
 
-#include "absl/container/flat_hash_set.h"
-#include "absl/synchronization/mutex.h"
 #include "normsvc/v1/normalizer.pb.h"
 #include "server/service_context.h"
 
@@ -23,23 +21,6 @@ class CallbackServerContext;
 }
 
 namespace normsvc::server {
-
-class NormalizeStreamCall;
-
-// Open streams, so a drain can reach idle ones.
-class StreamRegistry {
- public:
-  void Add(NormalizeStreamCall* stream);
-  void Remove(NormalizeStreamCall* stream);
-  // Tells every open stream (and any opened later) to stop reading and
-  // finish once idle.
-  void DrainAll();
-
- private:
-  absl::Mutex mutex_;
-  absl::flat_hash_set<NormalizeStreamCall*> streams_ ABSL_GUARDED_BY(mutex_);
-  bool draining_ ABSL_GUARDED_BY(mutex_) = false;
-};
 
 grpc::ServerBidiReactor<v1::NormalizeRequest, v1::NormalizeStreamResponse>* StartNormalizeStream(
     ServiceContext& service, grpc::CallbackServerContext* context);

@@ -221,7 +221,7 @@ absl::Status Server::CreateExecutors() {
       pool_->executor_pointers());
   control_ = std::make_unique<ControlQueue>();
   gate_ = std::make_unique<DrainGate>();
-  streams_ = std::make_unique<StreamRegistry>();
+  streams_ = std::make_unique<CallRegistry>();
   context_ = std::make_unique<ServiceContext>();
   context_->limits = {options_.max_hidden_size, options_.max_request_rows,
                       options_.max_request_bytes};
@@ -356,6 +356,16 @@ bool Server::Stop() {
     grpc_server_->Shutdown(absl::ToChronoTime(std::max(deadline, absl::Now() + absl::Seconds(1))));
   }
   if (health_server_ != nullptr) health_server_->Shutdown(absl::ToChronoTime(absl::Now()));
+  //    gRPC may run a stream's OnDone after its Shutdown returned: wait for
+  //    the last one before anything a stream uses is freed (a few seconds at
+  //    most: gRPC has cancelled whatever was still open).
+  const absl::Time streams_deadline = absl::Now() + absl::Seconds(5);
+  if (streams_ != nullptr && !streams_->WaitUntilEmpty(streams_deadline)) {
+    Log(LogLevel::kWarning, streams_->size(), " NormalizeStream calls still open after shutdown");
+  }
+  if (kserve_service_ != nullptr && !kserve_service_->WaitForStreams(streams_deadline)) {
+    Log(LogLevel::kWarning, "ModelStreamInfer calls still open after shutdown");
+  }
   // 6. Close the batchers and join their workers (the queues are empty
   //    unless the drain timed out), then the control thread.
   if (pool_ != nullptr) {

@@ -31,7 +31,7 @@ class NormalizerService;
 class KserveService;
 class ParameterStore;
 class ServiceMetrics;
-class StreamRegistry;
+class CallRegistry;
 struct ServiceContext;
 
 class Server {
@@ -84,7 +84,7 @@ class Server {
   std::unique_ptr<ParameterStore> store_;
   std::unique_ptr<ControlQueue> control_;
   std::unique_ptr<DrainGate> gate_;
-  std::unique_ptr<StreamRegistry> streams_;
+  std::unique_ptr<CallRegistry> streams_;  // open NormalizeStream calls
   std::unique_ptr<ServiceContext> context_;
   std::unique_ptr<NormalizerService> service_;
   std::unique_ptr<KserveService> kserve_service_;  // inference.GRPCInferenceService

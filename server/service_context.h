@@ -8,6 +8,7 @@
 
 #include "absl/time/time.h"
 #include "normsvc/v1/normalizer.pb.h"
+#include "server/call_registry.h"
 #include "server/control_queue.h"
 #include "server/drain_gate.h"
 #include "server/executor_pool.h"
@@ -17,8 +18,6 @@
 
 namespace normsvc::server {
 
-class StreamRegistry;
-
 struct ServiceContext {
   RequestLimits limits;
   int64_t max_stream_in_flight = 256;
@@ -27,7 +26,7 @@ struct ServiceContext {
   ServiceMetrics* metrics = nullptr;
   ControlQueue* control = nullptr;
   DrainGate* gate = nullptr;
-  StreamRegistry* streams = nullptr;
+  CallRegistry* streams = nullptr;        // open NormalizeStream calls
   v1::GetServerInfoResponse server_info;  // fixed at start-up
 };
 
