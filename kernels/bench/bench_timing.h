@@ -14,6 +14,7 @@
 
 #include "normsvc/kernels/float16.h"
 #include "normsvc/kernels/types.h"
+#include "random_values.h"
 
 namespace normsvc::bench {
 
@@ -32,18 +33,10 @@ inline void CheckStatus(const kernels::Status& st, const char* what) {
 }
 
 // Device memory holding `elements` values of `dtype` drawn uniformly from
-// [lo, hi) (never zeros: zeros can run faster than real data).
+// [lo, hi) (RandomHostArray).
 inline void* RandomDeviceArray(kernels::DType dtype, int64_t elements, float lo, float hi,
                                uint64_t seed) {
-  std::vector<uint8_t> host(static_cast<std::size_t>(elements) * kernels::DTypeSize(dtype));
-  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int64_t i = 0; i < elements; ++i) {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    const float u = static_cast<float>(state >> 40) / static_cast<float>(1 << 24);
-    kernels::StoreFromFloat(host.data(), dtype, i, lo + (hi - lo) * u);
-  }
+  const std::vector<uint8_t> host = RandomHostArray(dtype, elements, lo, hi, seed);
   void* device = nullptr;
   Check(cudaMalloc(&device, host.size()), "cudaMalloc");
   Check(cudaMemcpy(device, host.data(), host.size(), cudaMemcpyHostToDevice), "upload");

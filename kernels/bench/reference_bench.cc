@@ -21,6 +21,7 @@
 
 #include "normsvc/kernels/float16.h"
 #include "normsvc/kernels/reference.h"
+#include "random_values.h"
 
 namespace normsvc::bench {
 namespace {
@@ -39,20 +40,6 @@ struct Record {
   double MicrosPerRow() const { return micros / static_cast<double>(rows); }
   double NanosPerElement() const { return micros * 1e3 / static_cast<double>(rows * hidden); }
 };
-
-// `elements` values of `dtype` drawn uniformly from [lo, hi): never zeros.
-std::vector<uint8_t> RandomArray(DType dtype, int64_t elements, float lo, float hi, uint64_t seed) {
-  std::vector<uint8_t> bytes(static_cast<std::size_t>(elements) * kernels::DTypeSize(dtype));
-  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int64_t i = 0; i < elements; ++i) {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    const float u = static_cast<float>(state >> 40) / static_cast<float>(1 << 24);
-    kernels::StoreFromFloat(bytes.data(), dtype, i, lo + (hi - lo) * u);
-  }
-  return bytes;
-}
 
 void CheckStatus(const kernels::Status& st, const char* what) {
   if (!st.ok()) {
@@ -80,9 +67,9 @@ double MedianMicros(const Call& call, double seconds) {
 }
 
 Record TimeForward(DType dtype, int64_t rows, int64_t hidden, int threads, double seconds) {
-  const std::vector<uint8_t> x = RandomArray(dtype, rows * hidden, -3.0f, 5.0f, 1);
-  const std::vector<uint8_t> gamma = RandomArray(DType::kF32, hidden, 0.5f, 1.5f, 2);
-  const std::vector<uint8_t> beta = RandomArray(DType::kF32, hidden, -0.5f, 0.5f, 3);
+  const std::vector<uint8_t> x = RandomHostArray(dtype, rows * hidden, -3.0f, 5.0f, 1);
+  const std::vector<uint8_t> gamma = RandomHostArray(DType::kF32, hidden, 0.5f, 1.5f, 2);
+  const std::vector<uint8_t> beta = RandomHostArray(DType::kF32, hidden, -0.5f, 0.5f, 3);
   std::vector<uint8_t> out(x.size(), 0x7f);
   std::vector<float> mean(rows), rstd(rows);
   ForwardSegment s;
@@ -107,9 +94,9 @@ Record TimeForward(DType dtype, int64_t rows, int64_t hidden, int threads, doubl
 }
 
 Record TimeBackward(DType dtype, int64_t rows, int64_t hidden, int threads, double seconds) {
-  const std::vector<uint8_t> x = RandomArray(dtype, rows * hidden, -3.0f, 5.0f, 4);
-  const std::vector<uint8_t> dy = RandomArray(dtype, rows * hidden, -1.0f, 1.0f, 5);
-  const std::vector<uint8_t> gamma = RandomArray(DType::kF32, hidden, 0.5f, 1.5f, 6);
+  const std::vector<uint8_t> x = RandomHostArray(dtype, rows * hidden, -3.0f, 5.0f, 4);
+  const std::vector<uint8_t> dy = RandomHostArray(dtype, rows * hidden, -1.0f, 1.0f, 5);
+  const std::vector<uint8_t> gamma = RandomHostArray(DType::kF32, hidden, 0.5f, 1.5f, 6);
   std::vector<float> mean(rows), rstd(rows);
   for (int64_t r = 0; r < rows; ++r) {  // plausible statistics of x
     mean[r] = 1.0f;
