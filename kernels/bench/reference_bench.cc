@@ -4,7 +4,9 @@
 //   reference_bench [--json PATH] [--seconds S]
 //
 // Forward: LayerNorm with gamma and beta (param dtype fp32), mean and rstd
-// saved. Backward: LayerNorm with saved mean/rstd, gamma, dgamma and dbeta.
+// saved; "fwd-batch" the same rows as one-row segments of one call (a server
+// batch of one-row requests). Backward: LayerNorm with saved mean/rstd,
+// gamma, dgamma and dbeta.
 // Every case runs for about S seconds (default 0.25) after a warm-up call;
 // the figure is the median of the per-call wall times. "1 thread" sets
 // ReferenceOptions::max_threads = 1, "default" leaves it 0 (all hardware
@@ -66,7 +68,11 @@ double MedianMicros(const Call& call, double seconds) {
   return samples[samples.size() / 2];
 }
 
-Record TimeForward(DType dtype, int64_t rows, int64_t hidden, int threads, double seconds) {
+// One segment of `rows` rows, or (`batch`) `rows` one-row segments sharing
+// gamma and beta: what the server's CPU executor hands over for `rows`
+// one-row requests batched together.
+Record TimeForward(DType dtype, int64_t rows, int64_t hidden, int threads, double seconds,
+                   bool batch) {
   const std::vector<uint8_t> x = RandomHostArray(dtype, rows * hidden, -3.0f, 5.0f, 1);
   const std::vector<uint8_t> gamma = RandomHostArray(DType::kF32, hidden, 0.5f, 1.5f, 2);
   const std::vector<uint8_t> beta = RandomHostArray(DType::kF32, hidden, -0.5f, 0.5f, 3);
@@ -87,10 +93,27 @@ Record TimeForward(DType dtype, int64_t rows, int64_t hidden, int threads, doubl
   s.out_row_stride = hidden;
   s.mean = mean.data();
   s.rstd = rstd.data();
+  std::vector<ForwardSegment> segments{s};
+  if (batch) {
+    segments.assign(rows, s);
+    for (int64_t r = 0; r < rows; ++r) {
+      ForwardSegment& one = segments[r];
+      one.rows = 1;
+      one.x = x.data() + r * hidden * kernels::DTypeSize(dtype);
+      one.out = out.data() + r * hidden * kernels::DTypeSize(dtype);
+      one.mean = mean.data() + r;
+      one.rstd = rstd.data() + r;
+    }
+  }
   const ReferenceOptions options{threads};
+  const int count = static_cast<int>(segments.size());
   const double micros = MedianMicros(
-      [&] { CheckStatus(kernels::ReferenceForward(&s, 1, options), "ReferenceForward"); }, seconds);
-  return {"forward", kernels::DTypeName(dtype), rows, hidden, threads, micros};
+      [&] {
+        CheckStatus(kernels::ReferenceForward(segments.data(), count, options), "ReferenceForward");
+      },
+      seconds);
+  return {
+      batch ? "fwd-batch" : "forward", kernels::DTypeName(dtype), rows, hidden, threads, micros};
 }
 
 Record TimeBackward(DType dtype, int64_t rows, int64_t hidden, int threads, double seconds) {
@@ -169,13 +192,15 @@ int main(int argc, char** argv) {
   std::vector<Record> records;
   std::printf("%-8s %-5s %5s %6s %8s %12s %12s %10s\n", "pass", "dtype", "rows", "hidden",
               "threads", "us/call", "us/row", "ns/elem");
-  for (const char* pass : {"forward", "backward"}) {
+  for (const char* pass : {"forward", "fwd-batch", "backward"}) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       for (int64_t hidden : {int64_t{1024}, int64_t{4096}}) {
         for (int64_t rows : {int64_t{1}, int64_t{64}}) {
           for (int threads : {1, 0}) {
-            const Record r = std::strcmp(pass, "forward") == 0
-                                 ? TimeForward(dtype, rows, hidden, threads, seconds)
+            const bool batch = std::strcmp(pass, "fwd-batch") == 0;
+            if (batch && rows == 1) continue;  // the same as forward
+            const Record r = std::strcmp(pass, "backward") != 0
+                                 ? TimeForward(dtype, rows, hidden, threads, seconds, batch)
                                  : TimeBackward(dtype, rows, hidden, threads, seconds);
             std::printf("%-8s %-5s %5lld %6lld %8s %12.2f %12.3f %10.2f\n", r.pass.c_str(),
                         r.dtype.c_str(), static_cast<long long>(r.rows),

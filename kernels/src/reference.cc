@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -39,6 +40,17 @@ int ThreadCount(const ReferenceOptions& options, int64_t elements) {
   return static_cast<int>(std::min<int64_t>(limit, wanted));
 }
 
+// Runs body(t) for every t in [0, tasks), task 0 on the calling thread and
+// each other one on a thread of its own.
+template <typename Body>
+void RunTasks(int tasks, const Body& body) {
+  std::vector<std::thread> workers;
+  workers.reserve(tasks > 1 ? tasks - 1 : 0);
+  for (int t = 1; t < tasks; ++t) workers.emplace_back([&body, t] { body(t); });
+  if (tasks > 0) body(0);
+  for (std::thread& worker : workers) worker.join();
+}
+
 // Runs body(begin, end) over [0, rows) split into contiguous chunks of
 // ceil(rows / threads) rows, the first on the calling thread.
 template <typename Body>
@@ -48,17 +60,11 @@ void ParallelRows(int64_t rows, int threads, const Body& body) {
     return;
   }
   threads = static_cast<int>(std::min<int64_t>(threads, rows));
-  std::vector<std::thread> workers;
-  workers.reserve(threads - 1);
   const int64_t chunk = (rows + threads - 1) / threads;
-  for (int t = 1; t < threads; ++t) {
+  RunTasks(static_cast<int>((rows + chunk - 1) / chunk), [&](int t) {
     const int64_t begin = t * chunk;
-    const int64_t end = std::min(rows, begin + chunk);
-    if (begin >= end) break;
-    workers.emplace_back([&body, begin, end] { body(begin, end); });
-  }
-  body(int64_t{0}, std::min(rows, chunk));
-  for (std::thread& worker : workers) worker.join();
+    body(begin, std::min(rows, begin + chunk));
+  });
 }
 
 template <DType D>
@@ -269,6 +275,74 @@ void BackwardRows(const BackwardArgs& a, const double* gamma, int64_t begin, int
   }
 }
 
+// gamma and beta of every segment, decoded once per distinct array (the
+// segments of a server batch that use one registered set share it).
+class DecodedParams {
+ public:
+  DecodedParams(const ForwardSegment* segments, int count) : gamma_(count), beta_(count) {
+    for (int i = 0; i < count; ++i) {
+      const ForwardSegment& s = segments[i];
+      if (s.rows == 0) continue;
+      gamma_[i] = Decoded(s.gamma, s.param_dtype, s.hidden);
+      beta_[i] = Decoded(s.beta, s.param_dtype, s.hidden);
+    }
+  }
+  const double* gamma(int segment) const { return gamma_[segment]; }
+  const double* beta(int segment) const { return beta_[segment]; }
+
+ private:
+  const double* Decoded(const void* data, DType dtype, int64_t hidden) {
+    if (data == nullptr) return nullptr;
+    for (const Array& a : arrays_) {
+      if (a.data == data && a.dtype == dtype && a.hidden == hidden) return a.values.data();
+    }
+    arrays_.push_back({data, dtype, hidden, DecodeParam(data, dtype, hidden)});
+    return arrays_.back().values.data();
+  }
+
+  struct Array {
+    const void* data;
+    DType dtype;
+    int64_t hidden;
+    std::vector<double> values;
+  };
+  std::deque<Array> arrays_;  // stable addresses as it grows
+  std::vector<const double*> gamma_, beta_;
+};
+
+// A contiguous run of one segment's rows.
+struct RowRange {
+  int segment;
+  int64_t begin, end;
+};
+
+// The rows of all segments, in order, split into at most `threads` lists of
+// about total / threads elements each (a row goes to the list its first
+// element falls in).
+std::vector<std::vector<RowRange>> SplitRows(const ForwardSegment* segments, int count, int threads,
+                                             int64_t total) {
+  std::vector<std::vector<RowRange>> work(std::max(threads, 1));
+  const int lists = static_cast<int>(work.size());
+  int64_t offset = 0;  // elements before the segment
+  for (int i = 0; i < count; ++i) {
+    const ForwardSegment& s = segments[i];
+    for (int64_t r = 0; r < s.rows;) {
+      const int t =
+          static_cast<int>(std::min<int64_t>(lists - 1, (offset + r * s.hidden) * lists / total));
+      // First row of the next list: the first whose start reaches its
+      // boundary, ceil((t + 1) * total / lists).
+      const int64_t boundary = ((static_cast<int64_t>(t) + 1) * total + lists - 1) / lists;
+      int64_t end = t + 1 == lists ? s.rows : (boundary - offset + s.hidden - 1) / s.hidden;
+      end = std::clamp<int64_t>(end, r + 1, s.rows);
+      work[t].push_back({i, r, end});
+      r = end;
+    }
+    offset += s.rows * s.hidden;
+  }
+  while (!work.empty() && work.back().empty()) work.pop_back();
+  return work;
+}
+
 }  // namespace
 
 RowResult ReferenceForwardRow(NormOp op, const double* x, const double* residual,
@@ -295,15 +369,20 @@ Status ReferenceForward(const ForwardSegment* segments, int count,
       return Status(st.code(), "segment " + std::to_string(i) + ": " + st.message());
     }
   }
-  for (int i = 0; i < count; ++i) {
-    const ForwardSegment& s = segments[i];
-    if (s.rows == 0) continue;
-    const std::vector<double> gamma = DecodeParam(s.gamma, s.param_dtype, s.hidden);
-    const std::vector<double> beta = DecodeParam(s.beta, s.param_dtype, s.hidden);
-    ParallelRows(s.rows, ThreadCount(options, s.rows * s.hidden), [&](int64_t begin, int64_t end) {
-      ForwardRows(s, DataOrNull(gamma), DataOrNull(beta), begin, end);
-    });
-  }
+  // Rows of every segment share the threads (a server batch is many small
+  // segments): each row is computed alone, so the split changes no bit.
+  int64_t elements = 0;
+  for (int i = 0; i < count; ++i) elements += segments[i].rows * segments[i].hidden;
+  if (elements == 0) return Status::Ok();
+  const DecodedParams params(segments, count);
+  const std::vector<std::vector<RowRange>> work =
+      SplitRows(segments, count, ThreadCount(options, elements), elements);
+  RunTasks(static_cast<int>(work.size()), [&](int t) {
+    for (const RowRange& range : work[t]) {
+      ForwardRows(segments[range.segment], params.gamma(range.segment), params.beta(range.segment),
+                  range.begin, range.end);
+    }
+  });
   return Status::Ok();
 }
 

@@ -246,13 +246,27 @@ void PrintNanPayloadDifferences() {
 }
 
 // Both implementations over the same segments (one call each, all segments
-// together) with the same options; every output must match.
-void CheckForward(std::vector<ForwardCase>& cases, const ReferenceOptions& options) {
+// together) with the same options; every output must match. With
+// `share_params`, a segment whose H and parameter dtype match an earlier
+// one's reads that one's gamma/beta arrays (as a server batch's segments do
+// that name one registered set).
+void CheckForward(std::vector<ForwardCase>& cases, const ReferenceOptions& options,
+                  bool share_params = false) {
   std::vector<Outputs> old_outputs(cases.size()), new_outputs(cases.size());
   std::vector<ForwardSegment> old_segments, new_segments;
   for (std::size_t i = 0; i < cases.size(); ++i) {
     old_segments.push_back(Bind(cases[i], old_outputs[i]));
     new_segments.push_back(Bind(cases[i], new_outputs[i]));
+    for (std::size_t j = 0; share_params && j < i; ++j) {
+      const ForwardSegment& earlier = new_segments[j];
+      ForwardSegment& s = new_segments[i];
+      if (earlier.hidden != s.hidden || earlier.param_dtype != s.param_dtype) continue;
+      if (s.gamma != nullptr && earlier.gamma != nullptr)
+        s.gamma = old_segments[i].gamma = earlier.gamma;
+      if (s.beta != nullptr && earlier.beta != nullptr)
+        s.beta = old_segments[i].beta = earlier.beta;
+      break;
+    }
   }
   const int count = static_cast<int>(cases.size());
   ASSERT_TRUE(legacy::ReferenceForward(old_segments.data(), count, options).ok());
@@ -315,6 +329,27 @@ TEST(ReferenceEquivalence, ForwardMatchesWhenSplitOverThreads) {
           MakeForwardCase(rng, NormOp::kLayerNorm, dtype, dtype, DType::kF32, 61, 8191, true));
       cases.push_back(MakeForwardCase(rng, NormOp::kRmsNorm, dtype, dtype, dtype, 40, 4096, false));
       CheckForward(cases, ReferenceOptions{threads});
+    }
+  }
+  PrintNanPayloadDifferences();
+}
+
+// A server batch: many small segments of mixed H, split over threads
+// across segment boundaries, some sharing their parameter arrays.
+TEST(ReferenceEquivalence, ManySmallSegmentsMatchWhenSplitOverThreads) {
+  std::mt19937_64 rng(Seed() + 2);
+  constexpr int64_t kHidden[] = {4096, 2049, 1024, 5};
+  for (int threads : {2, 3, 0}) {
+    for (bool share : {false, true}) {
+      std::vector<ForwardCase> cases;
+      for (int k = 0; k < 70; ++k) {
+        const DType dtype = kDTypes[rng() % std::size(kDTypes)];
+        const NormOp op = rng() % 2 ? NormOp::kLayerNorm : NormOp::kRmsNorm;
+        cases.push_back(MakeForwardCase(rng, op, dtype, dtype, rng() % 2 ? dtype : DType::kF32,
+                                        1 + static_cast<int64_t>(rng() % 3),
+                                        kHidden[rng() % std::size(kHidden)], rng() % 4 == 0));
+      }
+      CheckForward(cases, ReferenceOptions{threads}, share);
     }
   }
   PrintNanPayloadDifferences();
