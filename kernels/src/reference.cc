@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
+#include <memory>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -14,7 +14,8 @@
 // straightforward per-element version (tests/kernels/reference_legacy.cc,
 // checked byte for byte by reference_equivalence_test). What is gone is the
 // overhead around them: rows are decoded and encoded a whole row at a time
-// with the dtype switch outside the loop and the conversions inlined, scratch
+// with the dtype switch outside the loop and the conversions inlined, the
+// forward reads gamma and beta as stored (no decoded copy a call), scratch
 // rows are allocated once per thread instead of several times per row, the
 // forward no longer normalizes the unrounded residual sum only to discard it,
 // and loops without a reduction vectorize.
@@ -164,14 +165,25 @@ RowStatistics Statistics(NormOp op, const double* v, int64_t hidden, double epsi
   return {mean, 1.0 / std::sqrt(second_moment + epsilon)};
 }
 
-// y = (v - mean) * rstd, times gamma, plus beta (each optional). y may be v.
-void Normalize(const double* v, RowStatistics stats, const double* gamma, const double* beta,
-               int64_t hidden, double* y) {
+// A parameter array as stored (dtype D), read widened to double: the values
+// DecodeParam gives, without decoding the array first.
+template <DType D>
+struct StoredParam {
+  const void* data;
+  explicit operator bool() const { return data != nullptr; }
+  double operator[](int64_t i) const { return LoadElement<D>(data, i); }
+};
+
+// y = (v - mean) * rstd, times gamma, plus beta (each optional; Param is
+// const double* or a StoredParam). y may be v.
+template <typename Param>
+void Normalize(const double* v, RowStatistics stats, Param gamma, Param beta, int64_t hidden,
+               double* y) {
   for (int64_t i = 0; i < hidden; ++i) y[i] = (v[i] - stats.mean) * stats.rstd;
-  if (gamma != nullptr) {
+  if (gamma) {
     for (int64_t i = 0; i < hidden; ++i) y[i] *= gamma[i];
   }
-  if (beta != nullptr) {
+  if (beta) {
     for (int64_t i = 0; i < hidden; ++i) y[i] += beta[i];
   }
 }
@@ -195,31 +207,39 @@ char* ElementPtr(void* base, DType dtype, int64_t row, int64_t stride) {
   return static_cast<char*>(base) + row * stride * static_cast<int64_t>(DTypeSize(dtype));
 }
 
-void ForwardRows(const ForwardSegment& s, const double* gamma, const double* beta, int64_t begin,
-                 int64_t end) {
+// Scratch doubles ForwardRows needs for a row of `s`.
+int64_t ForwardScratch(const ForwardSegment& s) {
+  return s.residual != nullptr ? 2 * s.hidden : s.hidden;
+}
+
+// Rows [begin, end) of `s`; `scratch` holds ForwardScratch(s) doubles.
+void ForwardRows(const ForwardSegment& s, int64_t begin, int64_t end, double* scratch) {
   const int64_t h = s.hidden;
-  std::vector<double> scratch(s.residual != nullptr ? 2 * h : h);
-  double* v = scratch.data();
+  double* v = scratch;
   double* residual = v + h;
-  for (int64_t r = begin; r < end; ++r) {
-    DecodeRow(ElementPtr(s.x, s.x_dtype, r, s.x_row_stride), s.x_dtype, h, v);
-    if (s.residual != nullptr) {
-      DecodeRow(ElementPtr(s.residual, s.x_dtype, r, s.residual_row_stride), s.x_dtype, h,
-                residual);
-      void* sum_row = s.residual_out != nullptr
-                          ? ElementPtr(s.residual_out, s.x_dtype, r, s.residual_out_row_stride)
-                          : nullptr;
-      AddResidualRounded(v, residual, h, s.x_dtype, sum_row);
+  WithDType(s.param_dtype, [&](auto param_dtype) {
+    const StoredParam<param_dtype()> gamma{s.gamma};
+    const StoredParam<param_dtype()> beta{s.beta};
+    for (int64_t r = begin; r < end; ++r) {
+      DecodeRow(ElementPtr(s.x, s.x_dtype, r, s.x_row_stride), s.x_dtype, h, v);
+      if (s.residual != nullptr) {
+        DecodeRow(ElementPtr(s.residual, s.x_dtype, r, s.residual_row_stride), s.x_dtype, h,
+                  residual);
+        void* sum_row = s.residual_out != nullptr
+                            ? ElementPtr(s.residual_out, s.x_dtype, r, s.residual_out_row_stride)
+                            : nullptr;
+        AddResidualRounded(v, residual, h, s.x_dtype, sum_row);
+      }
+      // ReferenceForwardRow normalizes x + 0.0 (no residual there): -0
+      // becomes +0, which the sign of a zero output shows.
+      for (int64_t i = 0; i < h; ++i) v[i] += 0.0;
+      const RowStatistics stats = Statistics(s.op, v, h, s.epsilon);
+      Normalize(v, stats, gamma, beta, h, v);
+      EncodeRow(v, h, s.out_dtype, ElementPtr(s.out, s.out_dtype, r, s.out_row_stride));
+      if (s.mean != nullptr) s.mean[r] = static_cast<float>(stats.mean);
+      if (s.rstd != nullptr) s.rstd[r] = static_cast<float>(stats.rstd);
     }
-    // ReferenceForwardRow normalizes x + 0.0 (no residual there): -0 becomes
-    // +0, which the sign of a zero output shows.
-    for (int64_t i = 0; i < h; ++i) v[i] += 0.0;
-    const RowStatistics stats = Statistics(s.op, v, h, s.epsilon);
-    Normalize(v, stats, gamma, beta, h, v);
-    EncodeRow(v, h, s.out_dtype, ElementPtr(s.out, s.out_dtype, r, s.out_row_stride));
-    if (s.mean != nullptr) s.mean[r] = static_cast<float>(stats.mean);
-    if (s.rstd != nullptr) s.rstd[r] = static_cast<float>(stats.rstd);
-  }
+  });
 }
 
 // One chunk of backward rows: dx, and this chunk's dgamma/dbeta partials
@@ -274,41 +294,6 @@ void BackwardRows(const BackwardArgs& a, const double* gamma, int64_t begin, int
     EncodeRow(g, h, a.x_dtype, ElementPtr(a.dx, a.x_dtype, r, a.dx_row_stride));
   }
 }
-
-// gamma and beta of every segment, decoded once per distinct array (the
-// segments of a server batch that use one registered set share it).
-class DecodedParams {
- public:
-  DecodedParams(const ForwardSegment* segments, int count) : gamma_(count), beta_(count) {
-    for (int i = 0; i < count; ++i) {
-      const ForwardSegment& s = segments[i];
-      if (s.rows == 0) continue;
-      gamma_[i] = Decoded(s.gamma, s.param_dtype, s.hidden);
-      beta_[i] = Decoded(s.beta, s.param_dtype, s.hidden);
-    }
-  }
-  const double* gamma(int segment) const { return gamma_[segment]; }
-  const double* beta(int segment) const { return beta_[segment]; }
-
- private:
-  const double* Decoded(const void* data, DType dtype, int64_t hidden) {
-    if (data == nullptr) return nullptr;
-    for (const Array& a : arrays_) {
-      if (a.data == data && a.dtype == dtype && a.hidden == hidden) return a.values.data();
-    }
-    arrays_.push_back({data, dtype, hidden, DecodeParam(data, dtype, hidden)});
-    return arrays_.back().values.data();
-  }
-
-  struct Array {
-    const void* data;
-    DType dtype;
-    int64_t hidden;
-    std::vector<double> values;
-  };
-  std::deque<Array> arrays_;  // stable addresses as it grows
-  std::vector<const double*> gamma_, beta_;
-};
 
 // A contiguous run of one segment's rows.
 struct RowRange {
@@ -374,13 +359,18 @@ Status ReferenceForward(const ForwardSegment* segments, int count,
   int64_t elements = 0;
   for (int i = 0; i < count; ++i) elements += segments[i].rows * segments[i].hidden;
   if (elements == 0) return Status::Ok();
-  const DecodedParams params(segments, count);
   const std::vector<std::vector<RowRange>> work =
       SplitRows(segments, count, ThreadCount(options, elements), elements);
   RunTasks(static_cast<int>(work.size()), [&](int t) {
+    // One scratch allocation a thread, left uninitialized (every row writes
+    // it before reading).
+    int64_t doubles = 0;
     for (const RowRange& range : work[t]) {
-      ForwardRows(segments[range.segment], params.gamma(range.segment), params.beta(range.segment),
-                  range.begin, range.end);
+      doubles = std::max(doubles, ForwardScratch(segments[range.segment]));
+    }
+    const std::unique_ptr<double[]> scratch(new double[doubles]);
+    for (const RowRange& range : work[t]) {
+      ForwardRows(segments[range.segment], range.begin, range.end, scratch.get());
     }
   });
   return Status::Ok();
