@@ -20,16 +20,23 @@ class DrainGate {
 
   void StartDrain();
   bool draining() const;
-  // Waits until no accepted request is left or `deadline` passes; true if
-  // none is left.
+  // After StartDrain: waits until no accepted request is left or `deadline`
+  // passes; true if none is left. When it returns true, the Exit that
+  // answered the last request has stopped touching the gate (it marks the
+  // gate idle under the mutex as its last act), so the gate may be freed.
   bool WaitIdle(absl::Time deadline);
   int64_t in_flight() const;
 
  private:
+  void MarkIdle();
+
   static constexpr int64_t kDrainingBit = int64_t{1} << 62;
-  std::atomic<int64_t> state_{0};  // kDrainingBit | count
-  absl::Mutex mutex_;              // only for waking WaitIdle
-  absl::CondVar idle_;
+  std::atomic<int64_t> state_{0};              // kDrainingBit | count
+  absl::Mutex mutex_;                          // only for the drain's wait
+  bool idle_ ABSL_GUARDED_BY(mutex_) = false;  // draining and nothing left
+  // A CondVar rather than Mutex::Await: the ThreadSanitizer build annotates
+  // CondVar waits (tests/tsan), not Await's internal unlock.
+  absl::CondVar became_idle_;
 };
 
 }  // namespace normsvc::server
