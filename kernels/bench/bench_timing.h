@@ -12,22 +12,15 @@
 #include <functional>
 #include <vector>
 
+#include "host_support.h"
 #include "normsvc/kernels/float16.h"
 #include "normsvc/kernels/types.h"
-#include "random_values.h"
 
 namespace normsvc::bench {
 
 inline void Check(cudaError_t error, const char* what) {
   if (error != cudaSuccess) {
     std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(error));
-    std::exit(1);
-  }
-}
-
-inline void CheckStatus(const kernels::Status& st, const char* what) {
-  if (!st.ok()) {
-    std::fprintf(stderr, "%s failed: %s\n", what, st.message().c_str());
     std::exit(1);
   }
 }

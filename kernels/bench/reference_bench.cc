@@ -21,9 +21,9 @@
 #include <thread>
 #include <vector>
 
+#include "host_support.h"
 #include "normsvc/kernels/float16.h"
 #include "normsvc/kernels/reference.h"
-#include "random_values.h"
 
 namespace normsvc::bench {
 namespace {
@@ -42,13 +42,6 @@ struct Record {
   double MicrosPerRow() const { return micros / static_cast<double>(rows); }
   double NanosPerElement() const { return micros * 1e3 / static_cast<double>(rows * hidden); }
 };
-
-void CheckStatus(const kernels::Status& st, const char* what) {
-  if (!st.ok()) {
-    std::fprintf(stderr, "%s failed: %s\n", what, st.message().c_str());
-    std::exit(1);
-  }
-}
 
 // Median wall time of `call()` in microseconds over about `seconds`.
 template <typename Call>

@@ -52,22 +52,6 @@ void RunTasks(int tasks, const Body& body) {
   for (std::thread& worker : workers) worker.join();
 }
 
-// Runs body(begin, end) over [0, rows) split into contiguous chunks of
-// ceil(rows / threads) rows, the first on the calling thread.
-template <typename Body>
-void ParallelRows(int64_t rows, int threads, const Body& body) {
-  if (threads <= 1 || rows <= 1) {
-    body(int64_t{0}, rows);
-    return;
-  }
-  threads = static_cast<int>(std::min<int64_t>(threads, rows));
-  const int64_t chunk = (rows + threads - 1) / threads;
-  RunTasks(static_cast<int>((rows + chunk - 1) / chunk), [&](int t) {
-    const int64_t begin = t * chunk;
-    body(begin, std::min(rows, begin + chunk));
-  });
-}
-
 template <DType D>
 using DTypeConstant = std::integral_constant<DType, D>;
 
@@ -386,14 +370,11 @@ Status ReferenceBackward(const BackwardArgs& a, const ReferenceOptions& options)
   const int64_t chunks = a.rows == 0 ? 0 : (a.rows + chunk - 1) / chunk;
   std::vector<double> dgamma_parts(a.dgamma != nullptr ? chunks * h : 0, 0.0);
   std::vector<double> dbeta_parts(a.dbeta != nullptr ? chunks * h : 0, 0.0);
-  ParallelRows(a.rows, threads, [&](int64_t begin, int64_t end) {
-    // ParallelRows splits with the same chunk size computed above.
-    for (int64_t b = begin; b < end; b += chunk) {
-      const int64_t part = b / chunk;
-      BackwardRows(a, DataOrNull(gamma), b, std::min(end, b + chunk),
-                   a.dgamma != nullptr ? dgamma_parts.data() + part * h : nullptr,
-                   a.dbeta != nullptr ? dbeta_parts.data() + part * h : nullptr);
-    }
+  RunTasks(static_cast<int>(chunks), [&](int part) {
+    const int64_t begin = part * chunk;
+    BackwardRows(a, DataOrNull(gamma), begin, std::min(a.rows, begin + chunk),
+                 a.dgamma != nullptr ? dgamma_parts.data() + part * h : nullptr,
+                 a.dbeta != nullptr ? dbeta_parts.data() + part * h : nullptr);
   });
   for (int64_t i = 0; i < h; ++i) {
     double dgamma = 0.0, dbeta = 0.0;

@@ -1,15 +1,25 @@
-// Host arrays of random values for the benchmarks (CUDA-free, so that the
-// CPU reference's benchmark shares it with norm_bench).
+// The benchmarks' CUDA-free helpers (norm_bench and the CPU reference's
+// reference_bench share them): status checks and random host arrays.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "normsvc/kernels/float16.h"
 #include "normsvc/kernels/types.h"
 
 namespace normsvc::bench {
+
+// Exits with a message naming `what` when `st` is an error.
+inline void CheckStatus(const kernels::Status& st, const char* what) {
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s failed: %s\n", what, st.message().c_str());
+    std::exit(1);
+  }
+}
 
 // `elements` values of `dtype` drawn uniformly from [lo, hi) by a xorshift
 // generator seeded with `seed` (never zeros: zeros can run faster than real
