@@ -31,6 +31,7 @@
 #include "server/normalize_stream.h"
 #include "server/nvml.h"
 #include "server/parameter_store.h"
+#include "server/process_telemetry.h"
 #include "server/service.h"
 #include "server/service_context.h"
 #include "server/tls_config.h"
@@ -202,6 +203,7 @@ absl::Status Server::CreateExecutors() {
         .copy_bandwidth->Set(executors[i]->device().copy_bandwidth_bytes_per_second);
   }
   telemetry_ = std::make_shared<GpuTelemetry>(pci_bus_ids);
+  process_telemetry_ = std::make_shared<ProcessTelemetry>();
 
   BatcherOptions batching;
   batching.max_batch_rows = options_.max_batch_rows;
@@ -310,6 +312,7 @@ absl::Status Server::StartMetricsEndpoint() {
     exposer_ = std::make_unique<prometheus::Exposer>(options_.metrics_address);
     exposer_->RegisterCollectable(metrics_->registry());
     exposer_->RegisterCollectable(telemetry_);
+    exposer_->RegisterCollectable(process_telemetry_);
     const std::vector<int> ports = exposer_->GetListeningPorts();
     metrics_port_ = ports.empty() ? 0 : ports.front();
   } catch (const std::exception& error) {

@@ -26,6 +26,7 @@ class ControlQueue;
 class DrainGate;
 class ExecutorPool;
 class GpuTelemetry;
+class ProcessTelemetry;
 class MemoryBudget;
 class NormalizerService;
 class KserveService;
@@ -99,6 +100,7 @@ class Server {
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<grpc::Server> health_server_;  // --health_address: health only
   std::shared_ptr<GpuTelemetry> telemetry_;
+  std::shared_ptr<ProcessTelemetry> process_telemetry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
 };
 

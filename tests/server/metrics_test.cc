@@ -334,17 +334,27 @@ TEST_F(MetricsTest, MetricsEndpointServesTheTextExposition) {
   ASSERT_GT(server_->metrics_port(), 0);
   const std::string text = HttpGet(server_->metrics_port(), "/metrics");
   ASSERT_NE(text.find("200 OK"), std::string::npos) << text.substr(0, 200);
-  for (const char* family :
-       {"normsvc_requests_total counter", "normsvc_request_rows_total counter",
-        "normsvc_request_duration_seconds histogram", "normsvc_queue_wait_seconds histogram",
-        "normsvc_batch_h2d_seconds histogram", "normsvc_batch_kernel_seconds histogram",
-        "normsvc_batch_d2h_seconds histogram", "normsvc_batch_rows histogram",
-        "normsvc_batch_requests histogram", "normsvc_pending_requests gauge",
-        "normsvc_pending_rows gauge", "normsvc_batches_in_flight gauge",
-        "normsvc_processed_bytes_total counter",
-        "normsvc_kernel_bandwidth_bytes_per_second histogram",
-        "normsvc_device_copy_bandwidth_bytes_per_second gauge",
-        "normsvc_rejected_requests_total counter", "normsvc_build_info gauge"}) {
+  for (const char* family : {"normsvc_requests_total counter",
+                             "normsvc_request_rows_total counter",
+                             "normsvc_request_duration_seconds histogram",
+                             "normsvc_queue_wait_seconds histogram",
+                             "normsvc_batch_h2d_seconds histogram",
+                             "normsvc_batch_kernel_seconds histogram",
+                             "normsvc_batch_d2h_seconds histogram",
+                             "normsvc_batch_rows histogram",
+                             "normsvc_batch_requests histogram",
+                             "normsvc_pending_requests gauge",
+                             "normsvc_pending_rows gauge",
+                             "normsvc_batches_in_flight gauge",
+                             "normsvc_processed_bytes_total counter",
+                             "normsvc_kernel_bandwidth_bytes_per_second histogram",
+                             "normsvc_device_copy_bandwidth_bytes_per_second gauge",
+                             "normsvc_rejected_requests_total counter",
+                             "normsvc_build_info gauge",
+                             "process_cpu_seconds_total counter",
+                             "process_resident_memory_bytes gauge",
+                             "process_open_fds gauge",
+                             "normsvc_heap_allocated_bytes gauge"}) {
     EXPECT_NE(text.find(std::string("# TYPE ") + family), std::string::npos) << family;
   }
   // Time histograms: 21 exponential buckets from 10 us (+Inf makes 22).

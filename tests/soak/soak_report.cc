@@ -13,11 +13,8 @@ namespace {
 
 double MiB(int64_t bytes) { return bytes / 1048576.0; }
 
-double Growth(const SoakReport& report) {
-  return report.rss_warm_bytes > 0
-             ? static_cast<double>(report.rss_end_bytes - report.rss_warm_bytes) /
-                   report.rss_warm_bytes
-             : 0;
+double Growth(int64_t before, int64_t after) {
+  return before > 0 ? static_cast<double>(after - before) / before : 0;
 }
 
 std::string Escape(const std::string& text) {
@@ -45,6 +42,13 @@ std::vector<int> SeenCodes(const Tally& tally) {
 }
 
 }  // namespace
+
+double RssGrowth(const SoakReport& report) {
+  return Growth(report.rss_warm_bytes, report.rss_end_bytes);
+}
+double HeapGrowth(const SoakReport& report) {
+  return Growth(report.heap_warm_bytes, report.heap_end_bytes);
+}
 
 bool SoakReport::passed() const {
   for (const Check& check : checks) {
@@ -97,8 +101,12 @@ void PrintReport(const SoakReport& r, const Tally& tally) {
   std::printf(
       "server VmRSS: start %.1f MiB, after warm-up %.1f MiB, end %.1f MiB "
       "(growth %+.2f%%), peak %.1f MiB\n",
-      MiB(r.rss_start_bytes), MiB(r.rss_warm_bytes), MiB(r.rss_end_bytes), 100 * Growth(r),
+      MiB(r.rss_start_bytes), MiB(r.rss_warm_bytes), MiB(r.rss_end_bytes), 100 * RssGrowth(r),
       MiB(r.rss_peak_bytes));
+  std::printf(
+      "server heap allocated (idle): start %.1f MiB, after warm-up %.1f MiB, end %.1f MiB "
+      "(growth %+.2f%%)\n",
+      MiB(r.heap_start_bytes), MiB(r.heap_warm_bytes), MiB(r.heap_end_bytes), 100 * HeapGrowth(r));
   std::printf("server: %.0f OK (its own count), exit status %d after SIGTERM\n\n", r.server_ok,
               r.server_exit_code);
   for (const Check& check : r.checks) {
@@ -171,7 +179,11 @@ bool WriteJsonReport(const std::string& path, const SoakReport& r, const Tally& 
       << absl::StrFormat(
              "  \"server_rss_bytes\": {\"start\": %d, \"after_warmup\": %d, \"end\": %d, "
              "\"peak\": %d, \"growth\": %.5f},\n",
-             r.rss_start_bytes, r.rss_warm_bytes, r.rss_end_bytes, r.rss_peak_bytes, Growth(r))
+             r.rss_start_bytes, r.rss_warm_bytes, r.rss_end_bytes, r.rss_peak_bytes, RssGrowth(r))
+      << absl::StrFormat(
+             "  \"server_heap_allocated_bytes\": {\"start\": %d, \"after_warmup\": %d, "
+             "\"end\": %d, \"growth\": %.5f},\n",
+             r.heap_start_bytes, r.heap_warm_bytes, r.heap_end_bytes, HeapGrowth(r))
       << "  \"rss_trace\": [" << absl::StrJoin(trace, ", ") << "],\n"
       << absl::StrFormat("  \"server_ok\": %.0f,\n  \"server_exit_code\": %d,\n", r.server_ok,
                          r.server_exit_code)

@@ -29,6 +29,11 @@ struct SoakReport {
   int64_t rss_warm_bytes = 0;   // at the end of the warm-up
   int64_t rss_end_bytes = 0;    // at the end of the load
   int64_t rss_peak_bytes = 0;
+  // The server's live heap allocations (normsvc_heap_allocated_bytes) with
+  // the server idle: before any load, after the warm-up, at the end.
+  int64_t heap_start_bytes = -1;
+  int64_t heap_warm_bytes = -1;
+  int64_t heap_end_bytes = -1;
   std::vector<std::pair<double, int64_t>> rss_trace;  // (seconds into the load, bytes)
   double server_ok = -1;  // normsvc_requests_total{code="OK"} at the end
   int server_exit_code = -1;
@@ -36,6 +41,11 @@ struct SoakReport {
 
   bool passed() const;
 };
+
+// Relative growth from the reading after the warm-up to the one at the end
+// (0 when there is no reading after the warm-up).
+double RssGrowth(const SoakReport& report);
+double HeapGrowth(const SoakReport& report);
 
 void PrintReport(const SoakReport& report, const Tally& tally);
 bool WriteJsonReport(const std::string& path, const SoakReport& report, const Tally& tally);

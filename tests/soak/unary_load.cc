@@ -31,6 +31,10 @@ UnaryLoad::UnaryLoad(const Workload& workload, std::vector<v1::Normalizer::Stub*
   canceller_ = std::thread([this] { CancelLoop(); });
 }
 
+void UnaryLoad::ReplaceStubs(std::vector<v1::Normalizer::Stub*> stubs) {
+  stubs_ = std::move(stubs);
+}
+
 UnaryLoad::~UnaryLoad() {
   {
     std::lock_guard<std::mutex> lock(mutex_);

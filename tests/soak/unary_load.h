@@ -52,6 +52,9 @@ class UnaryLoad {
   // arrivals wait, count as late, and are dropped once 50 ms behind.
   void RunOpenLoop(double rate, Clock::time_point until, const std::atomic<bool>* stop,
                    const ArrivalMix& mix, int64_t max_open_calls, int64_t max_open_bytes);
+  // The stubs later calls go out on. Only while no call is open (after
+  // WaitAll); an empty list until the next call is allowed.
+  void ReplaceStubs(std::vector<v1::Normalizer::Stub*> stubs);
   // Waits until every call has its final status, at most `timeout`;
   // returns how many are still open (lost).
   int64_t WaitAll(std::chrono::milliseconds timeout);
