@@ -157,6 +157,17 @@ ServiceMetrics::ServiceMetrics(const std::vector<std::string>& device_labels,
   rejections_.deadline_exceeded = &rejected.Add({{"reason", "deadline_exceeded"}});
   rejections_.cancelled = &rejected.Add({{"reason", "cancelled"}});
 
+  heap_releases_ = &BuildCounter()
+                        .Name("normsvc_heap_releases_total")
+                        .Help("Times freed heap memory was given back to the system while idle")
+                        .Register(*registry_)
+                        .Add({});
+  heap_released_bytes_ = &BuildCounter()
+                              .Name("normsvc_heap_released_bytes_total")
+                              .Help("Resident bytes given back to the system while idle")
+                              .Register(*registry_)
+                              .Add({});
+
   gauge("normsvc_build_info", "Build of the running server (value 1)")
       .Add({{"version", build.version},
             {"git_commit", build.git_commit},

@@ -89,6 +89,10 @@ class ServiceMetrics {
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
   DeviceMetrics& device(int executor_index) { return devices_[executor_index]; }
   const RejectionMetrics& rejections() const { return rejections_; }
+  // Idle heap releases (memory_release.h): how many, and the resident bytes
+  // they gave back.
+  prometheus::Counter& heap_releases() const { return *heap_releases_; }
+  prometheus::Counter& heap_released_bytes() const { return *heap_released_bytes_; }
 
   // One finished request (or one request of a stream). `op` and `dtype` are
   // what the request named (nullopt: "none"; for ModelInfer the model's op
@@ -104,6 +108,8 @@ class ServiceMetrics {
   std::shared_ptr<prometheus::Registry> registry_;
   std::vector<DeviceMetrics> devices_;
   RejectionMetrics rejections_;
+  prometheus::Counter* heap_releases_ = nullptr;
+  prometheus::Counter* heap_released_bytes_ = nullptr;
   // [method][op][dtype][code]; null where the combination cannot occur
   // (methods without tensors only have op = dtype = none).
   std::array<

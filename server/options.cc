@@ -167,6 +167,10 @@ std::vector<FlagSpec> Flags() {
   flags.push_back(Int64Flag("drain_grace_ms", &ServerOptions::drain_grace_ms,
                             "after the drain, how long new requests still get UNAVAILABLE from "
                             "the service before gRPC shuts down"));
+  flags.push_back(Int64Flag("memory_release_interval_s", &ServerOptions::memory_release_interval_s,
+                            "while no request is in the server, every this many seconds: give "
+                            "freed heap memory back to the system once resident memory has "
+                            "grown 64 MiB since the last time (0: never)"));
   flags.push_back(
       StringFlag("log_level", &ServerOptions::log_level, "debug, info, warning or error"));
   return flags;
@@ -233,6 +237,7 @@ absl::Status ValidateOptions(const ServerOptions& o) {
            at_least("max_connection_age_ms", o.max_connection_age_ms, 0),
            at_least("max_connection_age_grace_ms", o.max_connection_age_grace_ms, 0),
            at_least("drain_timeout_s", o.drain_timeout_s, 0),
+           at_least("memory_release_interval_s", o.memory_release_interval_s, 0),
            at_least("drain_grace_ms", o.drain_grace_ms, 0),
        }) {
     if (!status.ok()) return status;

@@ -63,6 +63,10 @@ struct ServerOptions {
   int64_t max_connection_age_ms = 0;  // 0: unlimited
   int64_t max_connection_age_grace_ms = 30000;
 
+  // While idle, how often to check whether to give freed heap memory back
+  // to the system (memory_release.h); 0: never.
+  int64_t memory_release_interval_s = 10;
+
   int64_t drain_timeout_s = 30;
   // After the drain, how long handlers keep answering UNAVAILABLE before
   // gRPC shuts down (see Server::Stop).

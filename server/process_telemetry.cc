@@ -8,14 +8,7 @@
 #include <sstream>
 #include <string>
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define NORMSVC_SANITIZER_ALLOCATOR 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define NORMSVC_SANITIZER_ALLOCATOR 1
-#endif
+#include "server/sanitizer_allocator.h"
 #ifdef NORMSVC_SANITIZER_ALLOCATOR
 #include <sanitizer/allocator_interface.h>
 #endif
@@ -104,6 +97,12 @@ std::optional<HeapUsage> ReadHeapUsage() {
 #else
   return std::nullopt;
 #endif
+}
+
+std::optional<int64_t> ReadResidentBytes() {
+  const std::optional<ProcStat> stat = ReadProcStat();
+  if (!stat) return std::nullopt;
+  return stat->resident_pages * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
 }
 
 ProcessTelemetry::ProcessTelemetry() : start_time_seconds_(-1) {

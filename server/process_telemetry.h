@@ -31,6 +31,9 @@ struct HeapUsage {
 // The heap as the allocator sees it now; nullopt where it cannot say.
 std::optional<HeapUsage> ReadHeapUsage();
 
+// Resident memory of this process (/proc/self/stat); nullopt without /proc.
+std::optional<int64_t> ReadResidentBytes();
+
 class ProcessTelemetry final : public prometheus::Collectable {
  public:
   ProcessTelemetry();

@@ -27,6 +27,7 @@
 #include "server/kserve_service.h"
 #include "server/log.h"
 #include "server/memory_budget.h"
+#include "server/memory_release.h"
 #include "server/metrics.h"
 #include "server/normalize_stream.h"
 #include "server/nvml.h"
@@ -213,6 +214,10 @@ absl::Status Server::CreateExecutors() {
   batching.max_queue_size = options_.max_queue_size;
   batching.idle_spin = absl::Microseconds(options_.idle_spin_us);
   budget_ = std::make_unique<MemoryBudget>(options_.max_queued_bytes);
+  memory_releaser_ = std::make_unique<IdleMemoryReleaser>(
+      MemoryReleaseOptions{absl::Seconds(options_.memory_release_interval_s)},
+      [budget = budget_.get()] { return budget->used() == 0; },
+      MemoryReleaseMetrics{&metrics_->heap_released_bytes(), &metrics_->heap_releases()});
   pool_ = std::make_unique<ExecutorPool>(std::move(executors), batching, budget_.get(), *metrics_);
   pool_->SetNoHealthyExecutorCallback([this] {
     Log(LogLevel::kError, "no healthy executor left: health is NOT_SERVING until restart");
@@ -376,6 +381,7 @@ bool Server::Stop() {
     pool_->Join();
   }
   if (control_ != nullptr) control_->Stop();
+  if (memory_releaser_ != nullptr) memory_releaser_->Stop();
   // 7. The metrics endpoint; executors (device memory, streams) are released
   //    with the pool when the Server is destroyed.
   if (exposer_ != nullptr) {

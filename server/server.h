@@ -27,6 +27,7 @@ class DrainGate;
 class ExecutorPool;
 class GpuTelemetry;
 class ProcessTelemetry;
+class IdleMemoryReleaser;
 class MemoryBudget;
 class NormalizerService;
 class KserveService;
@@ -81,6 +82,7 @@ class Server {
 
   std::unique_ptr<ServiceMetrics> metrics_;
   std::unique_ptr<MemoryBudget> budget_;
+  std::unique_ptr<IdleMemoryReleaser> memory_releaser_;  // reads budget_
   std::unique_ptr<ExecutorPool> pool_;
   std::unique_ptr<ParameterStore> store_;
   std::unique_ptr<ControlQueue> control_;

@@ -10,6 +10,9 @@ COUNTERS = {
     "normsvc_request_rows_total",
     "normsvc_processed_bytes_total",
     "normsvc_rejected_requests_total",
+    "normsvc_heap_releases_total",
+    "normsvc_heap_released_bytes_total",
+    "process_cpu_seconds_total",
 }
 HISTOGRAMS = {
     "normsvc_request_duration_seconds",
@@ -30,6 +33,13 @@ GAUGES = {
     "nv_gpu_memory_used_bytes",
     "nv_gpu_memory_total_bytes",
     "normsvc_build_info",
+    "normsvc_heap_allocated_bytes",
+    "normsvc_heap_free_bytes",
+    "process_resident_memory_bytes",
+    "process_virtual_memory_bytes",
+    "process_open_fds",
+    "process_start_time_seconds",
+    "process_threads",
 }
 # Families a CPU-backend server need not export (GPU stages, NVML).
 GPU_ONLY = {

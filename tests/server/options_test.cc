@@ -43,6 +43,7 @@ TEST(OptionsTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(o.max_connection_age_ms, 0);
   EXPECT_EQ(o.max_connection_age_grace_ms, 30000);
   EXPECT_EQ(o.drain_timeout_s, 30);
+  EXPECT_EQ(o.memory_release_interval_s, 10);
   EXPECT_EQ(o.log_level, "info");
 }
 
@@ -88,6 +89,7 @@ TEST(OptionsTest, HelpListsEveryFlagWithItsEnvironmentVariableAndDefault) {
                            "max_connection_age_ms",
                            "max_connection_age_grace_ms",
                            "drain_timeout_s",
+                           "memory_release_interval_s",
                            "log_level"}) {
     std::string env = std::string("NORMSVC_") + flag;
     for (char& ch : env) ch = static_cast<char>(std::toupper(ch));
@@ -113,6 +115,7 @@ TEST(OptionsTest, BadValuesAreErrorsNamingTheFlagOrVariable) {
       {{"--devices=0,x"}, {}, "--devices:"},
       {{"--max_receive_message_bytes=1000"}, {}, "--max_receive_message_bytes must be >= 67108864"},
       {{"--max_batch_rows=0"}, {}, "--max_batch_rows must be >= 1"},
+      {{"--memory_release_interval_s=-1"}, {}, "--memory_release_interval_s must be >= 0"},
       {{"--max_hidden_size=2000000"}, {}, "--max_hidden_size must be <= 1048576"},
       {{"--log_level=loud"}, {}, "--log_level: 'loud'"},
       {{"--drain_timeout_s"}, {}, "--drain_timeout_s needs a value"},
