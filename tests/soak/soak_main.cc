@@ -40,19 +40,20 @@ struct Flags {
   int server_malloc_arenas = 2;    // MALLOC_ARENA_MAX of the server; 0: glibc's default
   double max_heap_growth_mib = 1;  // negative: report only
   double max_rss_growth = -1;      // negative: report only
+  double progress_s = 10;          // a progress line this often; 0: none
   uint64_t seed = 0;               // 0: random
   std::string json = "soak_report.json";
   std::string server_log = "soak_server.log";
 };
 
 constexpr const char* kUsage =
-    "usage: normsvc_soak [--duration_s=60] [--warmup_s=10] [--capacity_s=5]\n"
+    "usage: normsvc_soak [--duration_s=60] [--warmup_s=min(60, duration_s/4)] [--capacity_s=5]\n"
     "  [--capacity_concurrency=32] [--overload=2] [--channels=4] [--stream_clients=4]\n"
-    "  [--max_queue_size=256] [--huge_every_s=4 (0: none)] \n"
+    "  [--max_queue_size=256] [--huge_every_s=4 (0: none)]\n"
     "  [--max_open_calls=2048] [--max_open_mib=160]\n"
     "  [--server_malloc_arenas=2 (0: glibc's default)]\n"
     "  [--max_heap_growth_mib=1] [--max_rss_growth=-1] (negative: report only)\n"
-    "  [--seed=N]\n"
+    "  [--progress_s=10 (0: none)] [--seed=N]\n"
     "  [--json=soak_report.json] [--server_log=soak_server.log] [--server=PATH]\n";
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
@@ -92,6 +93,7 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
   number("server_malloc_arenas", &flags->server_malloc_arenas);
   number("max_heap_growth_mib", &flags->max_heap_growth_mib);
   number("max_rss_growth", &flags->max_rss_growth);
+  number("progress_s", &flags->progress_s);
   number("seed", &flags->seed);
   text("json", &flags->json);
   text("server_log", &flags->server_log);
@@ -118,6 +120,20 @@ bool WaitServerIdle(const ServerUnderTest& server, std::string* detail) {
   *detail =
       absl::StrCat("normsvc_pending_requests ", pending, ", normsvc_batches_in_flight ", in_flight);
   return false;
+}
+
+// One line of progress: seconds into the load, what was sent and answered
+// so far, and the server's resident memory.
+void PrintProgress(double at, bool warming, const Tally& tally, int64_t server_rss) {
+  std::printf(
+      "[%5.0f s] %s sent %llu, OK %llu, RESOURCE_EXHAUSTED %llu, wrong %llu, "
+      "server VmRSS %.1f MiB\n",
+      at, warming ? "warm-up " : "overload", static_cast<unsigned long long>(tally.total_sent()),
+      static_cast<unsigned long long>(tally.total_code(0)),
+      static_cast<unsigned long long>(
+          tally.total_code(static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED))),
+      static_cast<unsigned long long>(tally.wrong()), server_rss / 1048576.0);
+  std::fflush(stdout);
 }
 
 // The server's live heap allocations from its metrics; -1 when absent.
@@ -223,11 +239,16 @@ int Run(const Flags& flags) {
     const Clock::time_point start = Clock::now();
     const double max_warmup_s = std::max(flags.warmup_s, flags.duration_s / 2);
     std::atomic<bool> sampling{true}, warming{true}, end_warmup{false};
+    double next_progress_s = flags.progress_s;
     std::thread sampler([&] {
       while (sampling.load()) {
         const double at = std::chrono::duration<double>(Clock::now() - start).count();
         const int64_t rss = server.ResidentBytes();
         report.rss_trace.emplace_back(at, rss);
+        if (flags.progress_s > 0 && at >= next_progress_s) {
+          next_progress_s += flags.progress_s;
+          PrintProgress(at, warming.load(), tally, rss);
+        }
         report.rss_peak_bytes = std::max(report.rss_peak_bytes, rss);
         if (warming.load() && at >= flags.warmup_s) {
           int64_t before = -1, highest = 0;
@@ -362,6 +383,10 @@ int Run(const Flags& flags) {
 
 int main(int argc, char** argv) {
   normsvc::soak::Flags flags;
+  if (argc == 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::fputs(normsvc::soak::kUsage, stdout);
+    return 0;
+  }
   if (!normsvc::soak::ParseFlags(argc, argv, &flags)) {
     std::fputs(normsvc::soak::kUsage, stderr);
     return 2;
