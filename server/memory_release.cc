@@ -2,6 +2,9 @@
 
 #include <malloc.h>
 
+#include <algorithm>
+#include <optional>
+
 #include <prometheus/counter.h>
 
 #include "absl/strings/str_format.h"
@@ -11,22 +14,26 @@
 
 namespace normsvc::server {
 
-bool HeapReleaseSupported() {
 #if defined(__GLIBC__) && !defined(NORMSVC_SANITIZER_ALLOCATOR)
-  return ReadResidentBytes().has_value();
+#define NORMSVC_GLIBC_HEAP 1
+#endif
+
+bool HeapReleaseSupported() {
+#ifdef NORMSVC_GLIBC_HEAP
+  return true;
 #else
   return false;
 #endif
 }
 
 int64_t ReleaseFreeHeap() {
-  if (!HeapReleaseSupported()) return 0;
-  const int64_t before = ReadResidentBytes().value_or(0);
-#if defined(__GLIBC__) && !defined(NORMSVC_SANITIZER_ALLOCATOR)
+#ifdef NORMSVC_GLIBC_HEAP
+  const std::optional<int64_t> before = ReadResidentBytes();
   malloc_trim(0);
+  const std::optional<int64_t> after = ReadResidentBytes();
+  if (before && after) return std::max<int64_t>(0, *before - *after);
 #endif
-  const int64_t after = ReadResidentBytes().value_or(before);
-  return std::max<int64_t>(0, before - after);
+  return 0;
 }
 
 IdleMemoryReleaser::IdleMemoryReleaser(MemoryReleaseOptions options, std::function<bool()> idle,
@@ -44,13 +51,14 @@ IdleMemoryReleaser::~IdleMemoryReleaser() { Stop(); }
 
 int64_t IdleMemoryReleaser::CheckOnce() {
   if (!HeapReleaseSupported()) return 0;
-  const int64_t resident = ReadResidentBytes().value_or(0);
+  const std::optional<int64_t> resident = ReadResidentBytes();
+  if (!resident) return 0;  // no /proc: nothing to measure growth by
   // A release can leave resident memory below the baseline; follow it down.
-  if (resident < baseline_bytes_) baseline_bytes_ = resident;
-  if (resident - baseline_bytes_ < options_.min_growth_bytes || !idle_()) return 0;
+  baseline_bytes_ = std::min(baseline_bytes_, *resident);
+  if (*resident - baseline_bytes_ < options_.min_growth_bytes || !idle_()) return 0;
   const absl::Time start = absl::Now();
   const int64_t released = ReleaseFreeHeap();
-  baseline_bytes_ = ReadResidentBytes().value_or(resident);
+  baseline_bytes_ = *resident - released;
   if (metrics_.releases != nullptr) metrics_.releases->Increment();
   if (metrics_.released_bytes != nullptr) {
     metrics_.released_bytes->Increment(static_cast<double>(released));

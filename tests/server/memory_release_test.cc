@@ -4,7 +4,6 @@
 #include "server/memory_release.h"
 
 #include <atomic>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -15,19 +14,12 @@
 #include <prometheus/registry.h>
 
 #include "absl/time/clock.h"
+#include "test_support.h"
 
 namespace normsvc::server::testing {
 namespace {
 
 constexpr int64_t kMiB = int64_t{1} << 20;
-
-int64_t StatusResidentBytes() {
-  std::ifstream file("/proc/self/status");
-  for (std::string line; std::getline(file, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return 1024 * std::stoll(line.substr(6));
-  }
-  return -1;
-}
 
 // Allocates `bytes` in 64 KiB blocks (below glibc's mmap threshold, so they
 // come from the heap) filled with random words, with a small block kept
@@ -52,16 +44,12 @@ class FreedBurst {
   std::vector<std::unique_ptr<uint32_t[]>> pins_;
 };
 
-void SkipWithoutRelease() {
-  if (!HeapReleaseSupported()) {
-    GTEST_SKIP() << "the heap is given back through glibc's malloc_trim; this build's "
-                    "allocator is a sanitizer's, which manages its own memory";
-  }
-}
+constexpr const char* kNoRelease =
+    "the heap is given back through glibc's malloc_trim; this build's allocator is a "
+    "sanitizer's, which manages its own memory";
 
 TEST(MemoryReleaseTest, ReleaseFreeHeapGivesFreedMemoryBack) {
-  SkipWithoutRelease();
-  if (::testing::Test::IsSkipped()) return;
+  if (!HeapReleaseSupported()) GTEST_SKIP() << kNoRelease;
   const FreedBurst burst(256 * kMiB);
   const int64_t kept = StatusResidentBytes();
   const int64_t released = ReleaseFreeHeap();
@@ -72,8 +60,7 @@ TEST(MemoryReleaseTest, ReleaseFreeHeapGivesFreedMemoryBack) {
 }
 
 TEST(MemoryReleaseTest, ReleasesOnlyWhenIdleAndGrownAndCountsIt) {
-  SkipWithoutRelease();
-  if (::testing::Test::IsSkipped()) return;
+  if (!HeapReleaseSupported()) GTEST_SKIP() << kNoRelease;
   prometheus::Registry registry;
   auto& family = prometheus::BuildCounter().Name("releases").Register(registry);
   prometheus::Counter& releases = family.Add({{"kind", "count"}});
@@ -105,8 +92,7 @@ TEST(MemoryReleaseTest, ReleasesOnlyWhenIdleAndGrownAndCountsIt) {
 }
 
 TEST(MemoryReleaseTest, TheThreadReleasesWithinAnIntervalAndStops) {
-  SkipWithoutRelease();
-  if (::testing::Test::IsSkipped()) return;
+  if (!HeapReleaseSupported()) GTEST_SKIP() << kNoRelease;
   prometheus::Registry registry;
   prometheus::Counter& releases =
       prometheus::BuildCounter().Name("releases").Register(registry).Add({});

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <future>
 #include <map>
 #include <memory>
@@ -18,6 +17,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "test_support.h"
 
 namespace normsvc::server::testing {
 namespace {
@@ -35,16 +36,6 @@ std::map<std::string, double> Sample(const ProcessTelemetry& telemetry) {
   return values;
 }
 
-// VmRSS from /proc/self/status, in bytes (a second reading of what the
-// series reads from /proc/self/stat).
-double StatusResidentBytes() {
-  std::ifstream file("/proc/self/status");
-  for (std::string line; std::getline(file, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return 1024.0 * std::stod(line.substr(6));
-  }
-  return -1;
-}
-
 TEST(ProcessTelemetryTest, ReportsTheStandardProcessSeries) {
   const ProcessTelemetry telemetry;
   const std::map<std::string, double> values = Sample(telemetry);
@@ -54,7 +45,8 @@ TEST(ProcessTelemetryTest, ReportsTheStandardProcessSeries) {
         "process_start_time_seconds", "normsvc_heap_allocated_bytes", "normsvc_heap_free_bytes"}) {
     EXPECT_TRUE(values.count(name)) << name;
   }
-  EXPECT_NEAR(values.at("process_resident_memory_bytes"), StatusResidentBytes(), 8 << 20);
+  EXPECT_NEAR(values.at("process_resident_memory_bytes"),
+              static_cast<double>(StatusResidentBytes()), 8 << 20);
   EXPECT_GT(values.at("process_virtual_memory_bytes"), values.at("process_resident_memory_bytes"));
   const double now = static_cast<double>(std::time(nullptr));
   EXPECT_LE(values.at("process_start_time_seconds"), now + 1);

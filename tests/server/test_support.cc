@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <mutex>
 
@@ -305,6 +306,14 @@ const prometheus::ClientMetric* FindSeries(const std::vector<prometheus::MetricF
 }
 
 }  // namespace
+
+int64_t StatusResidentBytes() {
+  std::ifstream file("/proc/self/status");
+  for (std::string line; std::getline(file, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return 1024 * std::stoll(line.substr(6));
+  }
+  return -1;
+}
 
 std::optional<double> SeriesValue(const prometheus::Registry& registry, const std::string& family,
                                   const std::map<std::string, std::string>& labels) {

@@ -76,6 +76,10 @@ std::optional<double> SeriesValue(const prometheus::Registry& registry, const st
 std::optional<double> HistogramSum(const prometheus::Registry& registry, const std::string& family,
                                    const std::map<std::string, std::string>& labels);
 
+// This process's resident memory, VmRSS from /proc/self/status, in bytes
+// (-1 when unreadable): read independently of the server's own /proc/self/stat.
+int64_t StatusResidentBytes();
+
 // A forward request with random data.
 struct ForwardCase {
   NormOp op = NormOp::kLayerNorm;
