@@ -2,6 +2,10 @@
 // device-to-device copy of the same bytes, measured in the same run.
 //
 //   norm_bench [--json PATH] [--iterations N] [--quick] [--forward-only]
+//              [--backward-only] [--hidden H] [--dtype bf16|fp32]
+// --backward-only, --hidden and --dtype narrow the large shapes to the cases
+// named (for profiling one kernel); the small-batch and multi-segment cases
+// run only when neither --hidden nor --backward-only is given.
 //
 // Large shapes: median of CUDA-event timings over N launches rotating among
 // 3 buffer sets of >= 64 MB each (the H200's L2 is 60 MB). GB/s counts the
@@ -12,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -264,7 +269,10 @@ int main(int argc, char** argv) {
   const char* json = nullptr;
   int iterations = 30;
   bool quick = false;
-  bool forward_only = false;  // skip the backward shapes
+  bool forward_only = false;   // skip the backward shapes
+  bool backward_only = false;  // skip the forward shapes
+  int64_t only_hidden = 0;     // 0: every H of the set
+  std::string only_dtype;      // empty: bf16 and fp32
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
       json = argv[++i];
@@ -274,6 +282,18 @@ int main(int argc, char** argv) {
       quick = true;
     else if (!std::strcmp(argv[i], "--forward-only"))
       forward_only = true;
+    else if (!std::strcmp(argv[i], "--backward-only"))
+      backward_only = true;
+    else if (!std::strcmp(argv[i], "--hidden") && i + 1 < argc)
+      only_hidden = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc)
+      only_dtype = argv[++i];
+    else {
+      std::fprintf(stderr,
+                   "usage: norm_bench [--json PATH] [--iterations N] [--quick] [--forward-only]\n"
+                   "                  [--backward-only] [--hidden H] [--dtype bf16|fp32]\n");
+      return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
+    }
   }
   cudaDeviceProp prop;
   Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -282,17 +302,23 @@ int main(int argc, char** argv) {
   cudaStream_t stream;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   std::vector<Record> records;
-  const std::vector<int64_t> hiddens =
+  std::vector<int64_t> hiddens =
       quick ? std::vector<int64_t>{1024, 2049, 4096}
             : std::vector<int64_t>{768, 1024, 2049, 4096, 8192, 16384, 65536};
+  if (only_hidden > 0) hiddens = {only_hidden};
+  const bool narrowed = only_hidden > 0 || backward_only;
   for (DType dtype : {DType::kBF16, DType::kF32}) {
+    if (!only_dtype.empty() && only_dtype != (dtype == DType::kBF16 ? "bf16" : "fp32")) continue;
     const Pool pool = MakePool(dtype);
     for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
-      for (int64_t h : hiddens) records.push_back(Forward(op, dtype, h, pool, iterations, stream));
+      if (!backward_only) {
+        for (int64_t h : hiddens)
+          records.push_back(Forward(op, dtype, h, pool, iterations, stream));
+      }
       if (forward_only) continue;
       for (int64_t h : hiddens) records.push_back(Backward(op, dtype, h, pool, iterations, stream));
     }
-    if (dtype == DType::kBF16) {
+    if (dtype == DType::kBF16 && !narrowed) {
       for (int64_t rows : {1, 8, 64}) records.push_back(SmallBatch(rows, 4096, pool, stream));
       // Where the time of one row goes: a small row and a warp-sized one.
       for (int64_t h : {64, 1024}) records.push_back(SmallBatch(1, h, pool, stream));

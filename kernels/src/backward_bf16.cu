@@ -3,8 +3,9 @@
 
 namespace normsvc::kernels::detail {
 
-BackwardKernel FindBackwardKernelBF16(const KernelPlan& plan) {
-  return BackwardKernelFor<__nv_bfloat16>(plan);
+BackwardKernel FindBackwardKernelBF16(const KernelPlan& plan, int64_t hidden, NormOp op,
+                                      bool saved_stats, bool aligned) {
+  return BackwardKernelFor<__nv_bfloat16>(plan, hidden, op, saved_stats, aligned);
 }
 
 }  // namespace normsvc::kernels::detail

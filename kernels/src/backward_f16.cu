@@ -3,8 +3,9 @@
 
 namespace normsvc::kernels::detail {
 
-BackwardKernel FindBackwardKernelF16(const KernelPlan& plan) {
-  return BackwardKernelFor<__half>(plan);
+BackwardKernel FindBackwardKernelF16(const KernelPlan& plan, int64_t hidden, NormOp op,
+                                     bool saved_stats, bool aligned) {
+  return BackwardKernelFor<__half>(plan, hidden, op, saved_stats, aligned);
 }
 
 }  // namespace normsvc::kernels::detail

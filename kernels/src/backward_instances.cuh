@@ -1,20 +1,49 @@
 // Maps a backward plan to its kernel instantiation for one x dtype T. The set
-// of (layout, slots) pairs here is exactly what PlanBackward produces.
+// of (layout, slots) pairs here is exactly what PlanBackward produces; the
+// vector plans of one or two slots take the staged kernel (UsesStagedBackward).
 #pragma once
 
 #include "backward_kernel.cuh"
+#include "backward_staged_kernel.cuh"
 #include "kernel_registry.h"
 
 namespace normsvc::kernels::detail {
 
+template <typename T, int V, bool kFull, bool kAligned>
+BackwardKernel StagedBackwardKernelFor(NormOp op, bool saved_stats) {
+  constexpr int kW = static_cast<int>(16 / sizeof(T));
+  if (op == NormOp::kLayerNorm) {
+    return saved_stats ? BackwardStagedKernel<T, V, kW, kFull, true, true, kAligned>
+                       : BackwardStagedKernel<T, V, kW, kFull, true, false, kAligned>;
+  }
+  return saved_stats ? BackwardStagedKernel<T, V, kW, kFull, false, true, kAligned>
+                     : BackwardStagedKernel<T, V, kW, kFull, false, false, kAligned>;
+}
+
+// Rows that do not allow 16-byte accesses take the kernels that test every
+// chunk (kFull false): alignment never changes which arithmetic runs.
+template <typename T, int V>
+BackwardKernel StagedBackwardKernelFor(const KernelPlan& plan, int64_t hidden, NormOp op,
+                                       bool saved_stats, bool aligned) {
+  if (!aligned) return StagedBackwardKernelFor<T, V, false, false>(op, saved_stats);
+  const bool full = hidden == static_cast<int64_t>(V) * plan.width * plan.row_threads;
+  return full ? StagedBackwardKernelFor<T, V, true, true>(op, saved_stats)
+              : StagedBackwardKernelFor<T, V, false, true>(op, saved_stats);
+}
+
+// `op`, `saved_stats` and `aligned` select among the staged kernels (the
+// others read them at run time).
 template <typename T>
-BackwardKernel BackwardKernelFor(const KernelPlan& plan) {
+BackwardKernel BackwardKernelFor(const KernelPlan& plan, int64_t hidden, NormOp op,
+                                 bool saved_stats, bool aligned) {
   constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
   switch (plan.layout) {
     case Layout::kVector:
       if (plan.width != kVectorWidth) return nullptr;
-      if (plan.slots == 1) return BackwardRowsKernel<T, 1, kVectorWidth>;
-      if (plan.slots == 2) return BackwardRowsKernel<T, 2, kVectorWidth>;
+      if (plan.slots == 1)
+        return StagedBackwardKernelFor<T, 1>(plan, hidden, op, saved_stats, aligned);
+      if (plan.slots == 2)
+        return StagedBackwardKernelFor<T, 2>(plan, hidden, op, saved_stats, aligned);
       if constexpr (kVectorWidth == 4) {
         if (plan.slots == 4) return BackwardRowsKernel<T, 4, kVectorWidth>;
       }

@@ -31,6 +31,65 @@ __device__ __forceinline__ void LoadGamma(const BackwardParams& p, int64_t index
   }
 }
 
+// Writes a unit's dgamma/dbeta accumulators as its row of partials
+// (`partial_row` = unit * hidden; a null entry of `partials` is skipped). One
+// row a block: each thread stores its own columns. Several rows a block
+// (`groups` > 1): the groups' accumulators are added in shared memory
+// `combine` ([groups][row_threads * V * W] floats) in group order first.
+// Every thread of the block calls it (it has barriers when groups > 1).
+template <int V, int W>
+__device__ __forceinline__ void WriteUnitPartials(float* const (&partials)[2], int64_t partial_row,
+                                                  int hidden, const RowTeam& team, int groups,
+                                                  float* combine, const float (&dgamma)[V][W],
+                                                  const float (&dbeta)[V][W]) {
+  const int chunks = hidden / W;
+  if (groups == 1) {
+#pragma unroll
+    for (int which = 0; which < 2; ++which) {
+      if (partials[which] == nullptr) continue;
+      const float(&sums)[V][W] = which == 0 ? dgamma : dbeta;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const int chunk = k * team.row_threads + team.rank;
+        if (chunk >= chunks) continue;
+        float* dst = partials[which] + partial_row + static_cast<int64_t>(chunk) * W;
+        if constexpr (W % 4 == 0) {
+          // A partial row starts at a multiple of W floats of a 256-byte
+          // aligned workspace: 16-byte stores.
+#pragma unroll
+          for (int q = 0; q < W / 4; ++q) {
+            reinterpret_cast<float4*>(dst)[q] = make_float4(sums[k][4 * q], sums[k][4 * q + 1],
+                                                            sums[k][4 * q + 2], sums[k][4 * q + 3]);
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < W; ++j) dst[j] = sums[k][j];
+        }
+      }
+    }
+    return;
+  }
+  const int capacity = team.row_threads * V * W;
+  for (int which = 0; which < 2; ++which) {
+    if (partials[which] == nullptr) continue;
+    __syncthreads();  // the previous users of `combine` are done
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const int chunk = k * team.row_threads + team.rank;
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        combine[team.group * capacity + chunk * W + j] = which == 0 ? dgamma[k][j] : dbeta[k][j];
+      }
+    }
+    __syncthreads();
+    for (int column = threadIdx.x; column < hidden; column += blockDim.x) {
+      float total = combine[column];
+      for (int gi = 1; gi < groups; ++gi) total += combine[gi * capacity + column];
+      partials[which][partial_row + column] = total;
+    }
+  }
+}
+
 // Persistent over the unit's rows: the next row's x and dy (and saved
 // statistics) are loaded while the current row is processed.
 template <typename T, int V, int W>
@@ -157,43 +216,9 @@ __global__ void __launch_bounds__(512, 1)
   }
 
   // One row of partials per unit.
-  const int64_t partial_row = unit * static_cast<int64_t>(p.hidden);
-  float* partials[2] = {p.dgamma_partial, p.dbeta_partial};
-  if (shape.groups == 1) {
-#pragma unroll
-    for (int which = 0; which < 2; ++which) {
-      if (partials[which] == nullptr) continue;
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const int chunk = k * team.row_threads + team.rank;
-        if (chunk < chunks) {
-          float* dst = partials[which] + partial_row + static_cast<int64_t>(chunk) * W;
-#pragma unroll
-          for (int j = 0; j < W; ++j) dst[j] = which == 0 ? dgamma[k][j] : dbeta[k][j];
-        }
-      }
-    }
-  } else {
-    const int capacity = team.row_threads * V * W;
-    for (int which = 0; which < 2; ++which) {
-      if (partials[which] == nullptr) continue;
-      __syncthreads();  // the previous round's readers are done with `combine`
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const int chunk = k * team.row_threads + team.rank;
-#pragma unroll
-        for (int j = 0; j < W; ++j) {
-          combine[team.group * capacity + chunk * W + j] = which == 0 ? dgamma[k][j] : dbeta[k][j];
-        }
-      }
-      __syncthreads();
-      for (int column = threadIdx.x; column < p.hidden; column += blockDim.x) {
-        float total = combine[column];
-        for (int gi = 1; gi < shape.groups; ++gi) total += combine[gi * capacity + column];
-        partials[which][partial_row + column] = total;
-      }
-    }
-  }
+  float* const partials[2] = {p.dgamma_partial, p.dbeta_partial};
+  WriteUnitPartials<V, W>(partials, unit * static_cast<int64_t>(p.hidden), p.hidden, team,
+                          shape.groups, combine, dgamma, dbeta);
   if (shape.cluster > 1) ClusterSync();
 }
 

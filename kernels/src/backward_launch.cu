@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "grid_dependency.cuh"
 #include "kernel_params.h"
 #include "kernel_registry.h"
 #include "launch_common.h"
@@ -12,14 +13,15 @@
 namespace normsvc::kernels {
 namespace detail {
 
-BackwardKernel FindBackwardKernel(DType x_dtype, const KernelPlan& plan) {
+BackwardKernel FindBackwardKernel(DType x_dtype, const KernelPlan& plan, int64_t hidden, NormOp op,
+                                  bool saved_stats, bool aligned) {
   switch (x_dtype) {
     case DType::kF32:
-      return FindBackwardKernelF32(plan);
+      return FindBackwardKernelF32(plan, hidden, op, saved_stats, aligned);
     case DType::kF16:
-      return FindBackwardKernelF16(plan);
+      return FindBackwardKernelF16(plan, hidden, op, saved_stats, aligned);
     case DType::kBF16:
-      return FindBackwardKernelBF16(plan);
+      return FindBackwardKernelBF16(plan, hidden, op, saved_stats, aligned);
   }
   return nullptr;
 }
@@ -27,21 +29,25 @@ BackwardKernel FindBackwardKernel(DType x_dtype, const KernelPlan& plan) {
 namespace {
 
 constexpr int kReduceColumns = 32;
-constexpr int kReduceSlices = 8;
+constexpr int kReduceSlices = 32;
 
 // out[c] = sum over u of partial[u][c], u in increasing order within each of
 // kReduceSlices interleaved slices, then the slices in order. blockIdx.y
-// selects dgamma (0) or dbeta (1).
+// selects dgamma (0) or dbeta (1). Launched early (programmatic dependent
+// launch): it waits for the partials' kernel before reading them.
 __global__ void __launch_bounds__(kReduceColumns* kReduceSlices)
     ColumnReduceKernel(const float* dgamma_partial, const float* dbeta_partial, int64_t units,
                        int32_t hidden, float* dgamma, float* dbeta) {
-  __shared__ float slices[kReduceSlices][kReduceColumns];
+  __shared__ float slices[kReduceSlices][kReduceColumns + 1];
+  WaitForPriorGrids();
   const float* partial = blockIdx.y == 0 ? dgamma_partial : dbeta_partial;
   float* out = blockIdx.y == 0 ? dgamma : dbeta;
   if (partial == nullptr || out == nullptr) return;  // uniform over the block
   const int64_t column = static_cast<int64_t>(blockIdx.x) * kReduceColumns + threadIdx.x;
   float total = 0.0f;
   if (column < hidden) {
+    // Unrolled so that several loads are in flight; the additions keep their order.
+#pragma unroll 4
     for (int64_t u = threadIdx.y; u < units; u += kReduceSlices) {
       total += partial[u * hidden + column];
     }
@@ -123,23 +129,46 @@ Status LaunchBackward(const BackwardArgs& args, void* device_workspace, std::siz
                       detail::AllowsVectors(args.dx, args.rows, args.dx_row_stride, args.x_dtype) &&
                       detail::AllowsVectors(args.gamma, 1, 0, args.param_dtype);
 
-  const std::size_t combine_bytes =
-      plan.layout != detail::Layout::kStreamed && plan.groups > 1
-          ? static_cast<std::size_t>(plan.block_threads) * plan.slots * plan.width * sizeof(float)
-          : 0;
-  if (Status st = detail::LaunchWithPlan(detail::FindBackwardKernel(args.x_dtype, plan), plan,
-                                         units.units * plan.cluster, combine_bytes, params, stream);
+  const detail::BackwardKernel kernel = detail::FindBackwardKernel(
+      args.x_dtype, plan, h, args.op, args.rstd != nullptr, params.vectorized != 0);
+  std::size_t dynamic_smem = 0;
+  if (detail::UsesStagedBackward(plan)) {
+    dynamic_smem = detail::BackwardStagedSmemBytes(plan.block_threads, plan.slots);
+    // Raises the kernel's shared memory limit (once); 0 when even one block cannot run.
+    const int64_t resident = kernel == nullptr
+                                 ? 0
+                                 : detail::ResidentBlocks(reinterpret_cast<const void*>(kernel),
+                                                          plan.block_threads, dynamic_smem);
+    if (kernel != nullptr && resident == 0) {
+      return Status(Code::kInternal, "the staged backward kernel cannot run on this device (" +
+                                         std::to_string(dynamic_smem) +
+                                         " bytes of shared memory a block)");
+    }
+  } else if (plan.layout != detail::Layout::kStreamed && plan.groups > 1) {
+    dynamic_smem =
+        static_cast<std::size_t>(plan.block_threads) * plan.slots * plan.width * sizeof(float);
+  }
+  if (Status st = detail::LaunchWithPlan(kernel, plan, units.units * plan.cluster, dynamic_smem,
+                                         params, stream);
       !st.ok()) {
     return st;
   }
   if (!wants_partials) return Status::Ok();
-  const dim3 grid(static_cast<unsigned>((h + detail::kReduceColumns - 1) / detail::kReduceColumns),
-                  2);
-  const dim3 block(detail::kReduceColumns, detail::kReduceSlices);
-  detail::ColumnReduceKernel<<<grid, block, 0, stream>>>(params.dgamma_partial,
-                                                         params.dbeta_partial, units.units,
-                                                         params.hidden, args.dgamma, args.dbeta);
-  return detail::FromCuda("column reduction launch", cudaGetLastError());
+  cudaLaunchConfig_t config = {};
+  config.gridDim =
+      dim3(static_cast<unsigned>((h + detail::kReduceColumns - 1) / detail::kReduceColumns), 2);
+  config.blockDim = dim3(detail::kReduceColumns, detail::kReduceSlices);
+  config.stream = stream;
+  cudaLaunchAttribute early = {};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &early;
+  config.numAttrs = 1;
+  return detail::FromCuda("column reduction launch",
+                          cudaLaunchKernelEx(&config, detail::ColumnReduceKernel,
+                                             static_cast<const float*>(params.dgamma_partial),
+                                             static_cast<const float*>(params.dbeta_partial),
+                                             units.units, params.hidden, args.dgamma, args.dbeta));
 }
 
 }  // namespace normsvc::kernels

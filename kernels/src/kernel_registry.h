@@ -37,7 +37,11 @@ inline bool UsesStagedForward(const KernelPlan& plan, bool fast, bool single_seg
 // `param_dtype`; otherwise the general one.
 ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, bool fast, DType param_dtype,
                                 bool single_segment);
-BackwardKernel FindBackwardKernel(DType x_dtype, const KernelPlan& plan);
+// `hidden`, `op`, `saved_stats` (mean/rstd given) and `aligned`
+// (BackwardParams::vectorized) pick among the staged backward kernels
+// (UsesStagedBackward).
+BackwardKernel FindBackwardKernel(DType x_dtype, const KernelPlan& plan, int64_t hidden, NormOp op,
+                                  bool saved_stats, bool aligned);
 ForwardKernel FindStagedForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype);
 
 ForwardKernel FindForwardKernelF32(const KernelPlan& plan);
@@ -49,8 +53,11 @@ ForwardKernel FindLeanForwardKernelBF16(const KernelPlan& plan, DType param_dtyp
 ForwardKernel FindStagedForwardKernelF32(const KernelPlan& plan, DType param_dtype);
 ForwardKernel FindStagedForwardKernelF16(const KernelPlan& plan, DType param_dtype);
 ForwardKernel FindStagedForwardKernelBF16(const KernelPlan& plan, DType param_dtype);
-BackwardKernel FindBackwardKernelF32(const KernelPlan& plan);
-BackwardKernel FindBackwardKernelF16(const KernelPlan& plan);
-BackwardKernel FindBackwardKernelBF16(const KernelPlan& plan);
+BackwardKernel FindBackwardKernelF32(const KernelPlan& plan, int64_t hidden, NormOp op,
+                                     bool saved_stats, bool aligned);
+BackwardKernel FindBackwardKernelF16(const KernelPlan& plan, int64_t hidden, NormOp op,
+                                     bool saved_stats, bool aligned);
+BackwardKernel FindBackwardKernelBF16(const KernelPlan& plan, int64_t hidden, NormOp op,
+                                      bool saved_stats, bool aligned);
 
 }  // namespace normsvc::kernels::detail

@@ -43,7 +43,7 @@ inline RowShape ShapeOf(const KernelPlan& plan) {
 
 // Dynamic shared memory a row kernel may be launched with (set once per
 // kernel and device; launches use what they need up to this).
-inline constexpr std::size_t kMaxDynamicSmem = 160 * 1024;
+inline constexpr std::size_t kMaxDynamicSmem = 200 * 1024;
 
 // Blocks of `kernel` (of `block_threads` threads, `dynamic_smem` bytes of
 // dynamic shared memory) that fit on the current device at once: resident

@@ -39,6 +39,15 @@ KernelPlan InBlock(Layout layout, int slots, int width, int row_threads) {
   return plan;
 }
 
+// The staged backward's in-block rows: as many row teams as fit in
+// kBackwardStagedBlockThreads threads (at least one).
+KernelPlan InWideBlock(int slots, int width, int row_threads) {
+  KernelPlan plan = InBlock(Layout::kVector, slots, width, row_threads);
+  plan.groups = std::max(1, kBackwardStagedBlockThreads / row_threads);
+  plan.block_threads = plan.groups * row_threads;
+  return plan;
+}
+
 KernelPlan InCluster(Layout layout, int slots, int width, int block_threads, int cluster) {
   KernelPlan plan;
   plan.layout = layout;
@@ -103,20 +112,20 @@ KernelPlan PlanForward(int64_t hidden, DType x_dtype) {
   return Streamed();
 }
 
-// Backward holds x, dy and the dgamma/dbeta accumulators per thread: two
-// 16-byte chunks of each in the vector layout (8 fp32 or 16 16-bit elements;
-// 16 fp32 for the largest clustered rows), so that a thread keeps 64 bytes of
-// the next row in flight; 8 elements in the strided one.
+// Backward holds the dgamma/dbeta accumulators of its columns per thread:
+// two 16-byte chunks of x's columns in the vector layout (8 fp32 or 16 16-bit
+// elements; 16 fp32 for the largest clustered rows), whose x and dy are staged
+// through shared memory (UsesStagedBackward); 8 elements in the strided one,
+// with the next row's x and dy in registers.
 KernelPlan PlanBackward(int64_t hidden, DType x_dtype) {
   const int w = VectorWidth(x_dtype);
   if (hidden % w == 0) {
     const int64_t chunks = hidden / w;
     constexpr int slots = 2;
     const int most_slots = w == 4 ? 4 : 2;  // the instantiated ones
-    if (chunks <= 32) return InBlock(Layout::kVector, 1, w, PowerOfTwoAtLeast(chunks));
+    if (chunks <= 32) return InWideBlock(1, w, PowerOfTwoAtLeast(chunks));
     if (chunks <= slots * kMaxBlockThreads) {
-      return InBlock(Layout::kVector, slots, w,
-                     std::max(32, PowerOfTwoAtLeast(CeilDiv(chunks, slots))));
+      return InWideBlock(slots, w, std::max(32, PowerOfTwoAtLeast(CeilDiv(chunks, slots))));
     }
     for (const int s : {slots, most_slots}) {
       if (chunks <= static_cast<int64_t>(s) * kMaxBlockThreads * kMaxCluster) {
@@ -144,9 +153,10 @@ BackwardUnits PlanBackwardUnits(int64_t rows, int64_t hidden, DType x_dtype) {
   if (rows <= 0) return result;
   const KernelPlan plan = PlanBackward(hidden, x_dtype);
   const int64_t unit_threads = static_cast<int64_t>(plan.block_threads) * plan.cluster;
-  const int64_t cap = std::max<int64_t>(1, kBackwardThreadBudget / unit_threads);
+  const int64_t cap = kBackwardWaveUnits * std::max<int64_t>(1, 1024 / unit_threads);
   const int64_t wanted = std::min(cap, CeilDiv(rows, plan.groups));
-  result.rows_per_unit = CeilDiv(rows, wanted);
+  // Whole row groups a unit, so that no group of a block idles but in the last unit.
+  result.rows_per_unit = CeilDiv(CeilDiv(rows, wanted), plan.groups) * plan.groups;
   result.units = CeilDiv(rows, result.rows_per_unit);
   return result;
 }

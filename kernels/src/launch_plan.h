@@ -11,6 +11,7 @@
 // Pure C++ (no CUDA) so the planning rules are tested on machines without a GPU.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "normsvc/kernels/types.h"
@@ -61,9 +62,33 @@ struct BackwardUnits {
 };
 BackwardUnits PlanBackwardUnits(int64_t rows, int64_t hidden, DType x_dtype);
 
-// Threads the backward units aim to keep busy in all (a constant, not read
-// from the device, so that the partition does not depend on the GPU model).
-inline constexpr int64_t kBackwardThreadBudget = 128 * 1024;
+// Backward units aim at kBackwardWaveUnits * max(1, 1024 / unit threads)
+// units: whole waves of 1024 threads a streaming multiprocessor. A constant
+// (the H200's multiprocessor count), not read from the device, so that the
+// partition does not depend on the GPU model.
+inline constexpr int64_t kBackwardWaveUnits = 132;
+
+// The vector-layout backward with one or two chunks a thread
+// (BackwardStagedKernel) stages x and dy through shared memory; in-block rows
+// share blocks of up to this many threads.
+inline constexpr int kBackwardStagedBlockThreads = 768;
+
+// Rows in the staged backward's shared-memory ring: the one being computed and
+// kBackwardStages - 1 loading.
+inline constexpr int kBackwardStages = 3;
+
+inline bool UsesStagedBackward(const KernelPlan& plan) {
+  return plan.layout == Layout::kVector && plan.slots <= 2;
+}
+
+// Dynamic shared memory of the staged backward: per stage, `slots` 16-byte
+// chunks of x and of dy a thread. The same memory holds the in-block combine
+// of the dgamma/dbeta partials (W floats a chunk, at most the 32 bytes a chunk
+// of x and dy take in one stage) once the ring is done.
+constexpr std::size_t BackwardStagedSmemBytes(int block_threads, int slots) {
+  return static_cast<std::size_t>(kBackwardStages) * static_cast<std::size_t>(block_threads) *
+         static_cast<std::size_t>(slots) * 2 * 16;
+}
 
 // Threads per block of the streamed (multi-pass) kernels.
 inline constexpr int kStreamedThreads = 1024;

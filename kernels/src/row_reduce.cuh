@@ -6,13 +6,16 @@
 // fixed by the row shape alone:
 //   1. butterfly (xor) shuffles within min(row_threads, 32) lanes; both lanes
 //      of each exchange add the same two values, so all lanes agree;
-//   2. warp totals in shared memory, added in warp order;
+//   2. warp totals in shared memory, added by butterfly (xor) shuffles over
+//      as many lanes as the row has warps (every lane the same bits);
 //   3. block totals read through distributed shared memory, added in rank
 //      order, when the row spans a cluster.
-// Contract: every thread of the block calls RowSum the same number of times
-// with the same slot (the calls contain __syncthreads / cluster barriers);
-// a slot's memory is rewritten only after a later call's barrier, so callers
-// that loop alternate between two sets of slots.
+// Contract: every thread of a row calls RowSum the same number of times with
+// the same slot (the calls contain barriers: the row's own named barrier
+// 1 + group in a block of several rows, __syncthreads and cluster barriers for
+// a row that spans a cluster); a slot's memory is rewritten only after a
+// later call's barrier, so callers that loop alternate between two sets of
+// slots. Named barriers 1..groups are RowSum's; kernels use barrier 0.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -23,7 +26,7 @@ namespace normsvc::kernels::detail {
 
 inline constexpr int kReduceSlots = 6;
 
-struct ReduceScratch {
+struct alignas(16) ReduceScratch {
   float warp[kReduceSlots][32][2];
   float block[kReduceSlots][2];
 };
@@ -95,10 +98,17 @@ template <int N>
 __device__ __forceinline__ void RowSum(float (&v)[N], const RowTeam& team, ReduceScratch& scratch,
                                        int slot) {
   static_assert(N >= 1 && N <= 2, "RowSum adds one or two values");
-  const int width = team.row_threads < 32 ? team.row_threads : 32;
-  for (int offset = 1; offset < width; offset <<= 1) {
+  if (team.row_threads >= 32) {
 #pragma unroll
-    for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
+    for (int offset = 1; offset < 32; offset <<= 1) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
+    }
+  } else {
+    for (int offset = 1; offset < team.row_threads; offset <<= 1) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
+    }
   }
   if (team.row_threads <= 32) return;
 
@@ -107,15 +117,29 @@ __device__ __forceinline__ void RowSum(float (&v)[N], const RowTeam& team, Reduc
 #pragma unroll
     for (int i = 0; i < N; ++i) scratch.warp[slot][warp][i] = v[i];
   }
-  __syncthreads();
+  if (team.cluster == 1) {
+    // Only this row's warps read its warp totals: the rows of a block wait
+    // on their own barriers (1 + group; 0 is __syncthreads') instead of on
+    // each other.
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + team.group), "r"(team.row_threads) : "memory");
+  } else {
+    __syncthreads();
+  }
   const int block_row_threads = team.cluster > 1 ? static_cast<int>(blockDim.x) : team.row_threads;
   const int warps_per_row = block_row_threads >> 5;
-  const int first_warp = (static_cast<int>(threadIdx.x) / block_row_threads) * warps_per_row;
+  // In-block rows are powers of two warps (launch_plan.h); a cluster's block
+  // and a streamed row's block are powers of two warps starting at warp 0.
+  const int first_warp = warp & ~(warps_per_row - 1);
+  // Every group of warps_per_row lanes takes the row's warp totals in warp
+  // order and adds them by butterfly: each group does the same additions on
+  // the same values, so every lane of every warp of the row gets the same bits.
+  const int lane = static_cast<int>(threadIdx.x) & 31;
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
-    float total = scratch.warp[slot][first_warp][i];
-    for (int w = 1; w < warps_per_row; ++w) total += scratch.warp[slot][first_warp + w][i];
-    v[i] = total;
+  for (int i = 0; i < N; ++i)
+    v[i] = scratch.warp[slot][first_warp + (lane & (warps_per_row - 1))][i];
+  for (int offset = 1; offset < warps_per_row; offset <<= 1) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
   }
   if (team.cluster == 1) return;
 

@@ -14,7 +14,10 @@ void ExpectValid(const KernelPlan& p, int64_t hidden, DType dtype, bool forward)
   const std::string where = std::string(forward ? "forward " : "backward ") + DTypeName(dtype) +
                             " H=" + std::to_string(hidden);
   ASSERT_GE(p.Capacity(), hidden) << where;
-  ASSERT_LE(p.block_threads, p.layout == Layout::kStreamed ? kStreamedThreads : 512) << where;
+  const int most_threads = p.layout == Layout::kStreamed       ? kStreamedThreads
+                           : !forward && UsesStagedBackward(p) ? kBackwardStagedBlockThreads
+                                                               : 512;
+  ASSERT_LE(p.block_threads, most_threads) << where;
   if (p.layout == Layout::kStreamed) return;
   ASSERT_GE(p.cluster, 1) << where;
   ASSERT_LE(p.cluster, 8) << where;
@@ -68,6 +71,14 @@ TEST(LaunchPlan, KnownShapes) {
   const KernelPlan big = PlanForward(65536, DType::kF32);
   EXPECT_EQ(big.cluster, 8);
   EXPECT_EQ(PlanForward(kMaxHidden, DType::kBF16).layout, Layout::kStreamed);
+  // Backward bf16 H=4096: 512 chunks, 2 a thread: 256 threads a row, 3 rows
+  // in a block of 768 (the staged kernel).
+  const KernelPlan b = PlanBackward(4096, DType::kBF16);
+  EXPECT_TRUE(UsesStagedBackward(b));
+  EXPECT_EQ(b.row_threads, 256);
+  EXPECT_EQ(b.groups, 3);
+  EXPECT_EQ(b.block_threads, 768);
+  EXPECT_FALSE(UsesStagedBackward(PlanBackward(2049, DType::kBF16)));
 }
 
 TEST(LaunchPlan, BackwardUnitsCoverEveryRowOnce) {
@@ -77,6 +88,7 @@ TEST(LaunchPlan, BackwardUnitsCoverEveryRowOnce) {
       ASSERT_GE(u.units, 1);
       EXPECT_GE(u.units * u.rows_per_unit, rows);
       EXPECT_LT((u.units - 1) * u.rows_per_unit, rows);
+      EXPECT_EQ(u.rows_per_unit % PlanBackward(hidden, DType::kBF16).groups, 0);
     }
   }
   EXPECT_EQ(PlanBackwardUnits(0, 4096, DType::kF32).units, 0);
