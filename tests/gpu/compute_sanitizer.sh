@@ -81,7 +81,10 @@ run() {
   local rc=$?
   local seconds=$((SECONDS - start))
   local errors
-  errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+' "$log" | tail -n 1 | grep -Eo '[0-9]+$')
+  # memcheck, initcheck and synccheck end with "ERROR SUMMARY: N errors",
+  # racecheck with "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)".
+  errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+|RACECHECK SUMMARY: .*\([0-9]+ errors' "$log" | tail -n 1 |
+    grep -Eo '[0-9]+( errors)?$' | grep -Eo '^[0-9]+')
   local run_count passed
   run_count=$(grep -Eo '^\[==========\] [0-9]+ tests? from [0-9]+ test suites? ran' "$log" |
     grep -Eo '^\[==========\] [0-9]+' | grep -Eo '[0-9]+$')
