@@ -5,6 +5,8 @@
 // the process exits 0. Start-up errors exit 1; bad flags exit 2.
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -27,8 +29,21 @@ namespace {
 //   returning them to the kernel after each request (mmap/munmap of
 //   multi-megabyte buffers per request); the server's memory stays bounded
 //   by its limits either way.
+// Whether the environment sets glibc malloc tunables (GLIBC_TUNABLES with
+// glibc.malloc.*, or the MALLOC_*_ variables): those win over the defaults
+// below.
+bool EnvironmentTunesMalloc() {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) return true;
+  for (const char* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
 void TuneProcessForServing() {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  if (EnvironmentTunesMalloc()) return;
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   mallopt(M_TOP_PAD, 16 << 20);
@@ -56,12 +71,14 @@ int main(int argc, char** argv) {
 
   TuneProcessForServing();
 
-  // Block the stop signals in every thread (threads inherit the mask), so
-  // that only sigwait below receives them.
+  // Block the handled signals in every thread (threads inherit the mask), so
+  // that only sigwait below receives them: SIGTERM and SIGINT drain and stop,
+  // SIGUSR1 gives freed heap memory back to the system now.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   Server server(command_line->options);
@@ -70,7 +87,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
+  while (sigwait(&stop_signals, &signal_number) == 0 && signal_number == SIGUSR1) {
+    server.ReleaseFreeHeapNow();  // logs and counts what it gave back
+  }
   Log(LogLevel::kInfo, "received signal ", signal_number, ", draining");
   // Requests still open at the drain timeout were cancelled; that is still
   // an orderly stop, so the exit status is 0 either way.

@@ -51,22 +51,35 @@ IdleMemoryReleaser::~IdleMemoryReleaser() { Stop(); }
 
 int64_t IdleMemoryReleaser::CheckOnce() {
   if (!HeapReleaseSupported()) return 0;
+  absl::MutexLock lock(&release_mutex_);
   const std::optional<int64_t> resident = ReadResidentBytes();
   if (!resident) return 0;  // no /proc: nothing to measure growth by
   // A release can leave resident memory below the baseline; follow it down.
   baseline_bytes_ = std::min(baseline_bytes_, *resident);
   if (*resident - baseline_bytes_ < options_.min_growth_bytes || !idle_()) return 0;
+  return ReleaseLocked(*resident, "idle");
+}
+
+int64_t IdleMemoryReleaser::ReleaseNow() {
+  if (!HeapReleaseSupported()) return 0;
+  absl::MutexLock lock(&release_mutex_);
+  const std::optional<int64_t> resident = ReadResidentBytes();
+  if (!resident) return 0;
+  return ReleaseLocked(*resident, "on request");
+}
+
+int64_t IdleMemoryReleaser::ReleaseLocked(int64_t resident, const char* why) {
   const absl::Time start = absl::Now();
   const int64_t released = ReleaseFreeHeap();
-  baseline_bytes_ = *resident - released;
+  baseline_bytes_ = resident - released;
   if (metrics_.releases != nullptr) metrics_.releases->Increment();
   if (metrics_.released_bytes != nullptr) {
     metrics_.released_bytes->Increment(static_cast<double>(released));
   }
   Log(LogLevel::kInfo,
-      absl::StrFormat("idle: gave %.1f MiB of freed heap back to the system in %.1f ms "
+      absl::StrFormat("%s: gave %.1f MiB of freed heap back to the system in %.1f ms "
                       "(resident %.1f MiB now)",
-                      released / 1048576.0, absl::ToDoubleMilliseconds(absl::Now() - start),
+                      why, released / 1048576.0, absl::ToDoubleMilliseconds(absl::Now() - start),
                       baseline_bytes_ / 1048576.0));
   return released;
 }

@@ -57,6 +57,10 @@ class IdleMemoryReleaser {
   // above the baseline (the reading after the last release, or at
   // construction). Returns the bytes given back (0: no release).
   int64_t CheckOnce();
+  // Releases now, idle or not, whatever the growth (an operator's request:
+  // SIGUSR1 to the server). Counted and logged like an idle release; 0 where
+  // releases are not supported. Safe from any thread.
+  int64_t ReleaseNow();
   // Ends the thread; idempotent.
   void Stop();
 
@@ -66,7 +70,11 @@ class IdleMemoryReleaser {
   const MemoryReleaseOptions options_;
   const std::function<bool()> idle_;
   const MemoryReleaseMetrics metrics_;
-  int64_t baseline_bytes_ = 0;  // CheckOnce's caller only (the thread, or a test)
+  int64_t ReleaseLocked(int64_t resident, const char* why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(release_mutex_);
+
+  absl::Mutex release_mutex_;  // one release or check at a time
+  int64_t baseline_bytes_ ABSL_GUARDED_BY(release_mutex_) = 0;
   absl::Mutex mutex_;
   absl::CondVar wake_;
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;

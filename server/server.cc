@@ -327,6 +327,10 @@ absl::Status Server::StartMetricsEndpoint() {
   return absl::OkStatus();
 }
 
+int64_t Server::ReleaseFreeHeapNow() {
+  return memory_releaser_ != nullptr ? memory_releaser_->ReleaseNow() : 0;
+}
+
 bool Server::Stop() {
   if (stopped_) return true;
   stopped_ = true;

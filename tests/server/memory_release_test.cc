@@ -91,6 +91,29 @@ TEST(MemoryReleaseTest, ReleasesOnlyWhenIdleAndGrownAndCountsIt) {
   EXPECT_EQ(releases.Value(), 1);
 }
 
+TEST(MemoryReleaseTest, ReleaseNowReleasesBusyOrNotWithoutGrowthAndCountsIt) {
+  if (!HeapReleaseSupported()) GTEST_SKIP() << kNoRelease;
+  prometheus::Registry registry;
+  auto& family = prometheus::BuildCounter().Name("releases").Register(registry);
+  prometheus::Counter& releases = family.Add({{"kind", "count"}});
+  prometheus::Counter& released_bytes = family.Add({{"kind", "bytes"}});
+  // Busy, and a growth threshold the burst never reaches: CheckOnce would
+  // not release; ReleaseNow does.
+  IdleMemoryReleaser releaser({absl::ZeroDuration(), 1024 * kMiB}, [] { return false; },
+                              {&released_bytes, &releases});
+  const FreedBurst burst(128 * kMiB);
+  EXPECT_EQ(releaser.CheckOnce(), 0);
+  const int64_t before = StatusResidentBytes();
+  const int64_t released = releaser.ReleaseNow();
+  EXPECT_GE(released, 100 * kMiB);
+  EXPECT_GE(before - StatusResidentBytes(), 100 * kMiB);
+  EXPECT_EQ(releases.Value(), 1);
+  EXPECT_EQ(released_bytes.Value(), static_cast<double>(released));
+  // A second request is counted even when there is little left to give.
+  releaser.ReleaseNow();
+  EXPECT_EQ(releases.Value(), 2);
+}
+
 TEST(MemoryReleaseTest, TheThreadReleasesWithinAnIntervalAndStops) {
   if (!HeapReleaseSupported()) GTEST_SKIP() << kNoRelease;
   prometheus::Registry registry;
