@@ -3,6 +3,7 @@
 #include <csignal>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace normsvc::soak {
 
@@ -22,12 +23,13 @@ ServerUnderTest::ServerUnderTest(const std::string& binary, const std::vector<st
            testing::WaitForPort(metrics_port_, std::chrono::seconds(30));
 }
 
-int64_t ServerUnderTest::ResidentBytes() const {
+int64_t ServerUnderTest::ResidentBytes(const std::string& field) const {
   std::ifstream status("/proc/" + std::to_string(process_->pid()) + "/status");
   std::string line;
+  const std::string key = field + ":";
   while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) {
-      std::istringstream fields(line.substr(6));
+    if (line.rfind(key, 0) == 0) {
+      std::istringstream fields(line.substr(key.size()));
       int64_t kib = 0;
       fields >> kib;
       return kib * 1024;
@@ -37,6 +39,18 @@ int64_t ServerUnderTest::ResidentBytes() const {
 }
 
 std::string ServerUnderTest::Metrics() const { return testing::HttpGet(metrics_port_, "/metrics"); }
+
+bool ServerUnderTest::ReleaseFreeHeap() const {
+  const std::string releases = "normsvc_heap_releases_total";
+  const double before = SumSeries(Metrics(), releases);
+  if (before < 0 || kill(process_->pid(), SIGUSR1) != 0) return false;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < give_up) {
+    if (SumSeries(Metrics(), releases) > before) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
 
 int ServerUnderTest::Stop(std::chrono::milliseconds timeout) {
   return process_->Stop(SIGTERM, timeout);

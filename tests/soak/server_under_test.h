@@ -23,8 +23,14 @@ class ServerUnderTest {
   bool ready() const { return ready_; }
   std::string target() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
 
-  // VmRSS of the process in bytes (0 when it cannot be read).
-  int64_t ResidentBytes() const;
+  // A kB field of /proc/<pid>/status in bytes (VmRSS: the resident set;
+  // RssAnon, RssFile: its anonymous and file-backed parts); 0 when it cannot
+  // be read.
+  int64_t ResidentBytes(const std::string& field = "VmRSS") const;
+  // Asks the server to give freed heap memory back now (SIGUSR1) and waits,
+  // at most 5 s, until normsvc_heap_releases_total says it did; false when
+  // it did not.
+  bool ReleaseFreeHeap() const;
   // The /metrics text ("" on failure).
   std::string Metrics() const;
   // SIGTERM, then the exit status (128 + signal when killed after `timeout`).

@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "normsvc/client/channel.h"
 #include "normsvc/client/client.h"
+#include "server/sanitizer_allocator.h"
 #include "server_under_test.h"
 #include "soak_report.h"
 #include "stream_load.h"
@@ -23,6 +24,17 @@
 
 namespace normsvc::soak {
 namespace {
+
+#ifdef NORMSVC_SANITIZER_ALLOCATOR
+constexpr bool kHeapReleaseBuild = false;  // the server's allocator is the sanitizer's
+#else
+constexpr bool kHeapReleaseBuild = true;
+#endif
+
+// Malloc settings under which freed memory goes back to the system: fixed
+// 128 KiB mmap and trim thresholds, two arenas (server/README.md).
+constexpr const char* kReleasingMallocTunables =
+    "glibc.malloc.mmap_threshold=131072:glibc.malloc.arena_max=2";
 
 struct Flags {
   std::string server = NORMSVC_SERVER_PATH;
@@ -34,14 +46,17 @@ struct Flags {
   int channels = 4;
   int stream_clients = 4;
   int max_queue_size = 256;
-  double huge_every_s = 4;         // during the warm-up; 0: no huge requests
-  int max_open_calls = 2048;       // unary calls the open loop keeps open at most
-  double max_open_mib = 160;       // request bytes (MiB) it keeps open at most
-  int server_malloc_arenas = 2;    // MALLOC_ARENA_MAX of the server; 0: glibc's default
+  double huge_every_s = 4;       // during the warm-up; 0: no huge requests
+  int max_open_calls = 2048;     // unary calls the open loop keeps open at most
+  double max_open_mib = 160;     // request bytes (MiB) it keeps open at most
+  int server_malloc_arenas = 2;  // MALLOC_ARENA_MAX of the server; 0: glibc's default
+  // GLIBC_TUNABLES of the server ("": the server's own malloc settings).
+  std::string server_malloc_tunables = kReleasingMallocTunables;
   double max_heap_growth_mib = 1;  // negative: report only
-  double max_rss_growth = -1;      // negative: report only
-  double progress_s = 10;          // a progress line this often; 0: none
-  uint64_t seed = 0;               // 0: random
+  // Negative: report only (the default: README.md, "Memory readings").
+  double max_rss_growth = -1;
+  double progress_s = 10;  // a progress line this often; 0: none
+  uint64_t seed = 0;       // 0: random
   std::string json = "soak_report.json";
   std::string server_log = "soak_server.log";
 };
@@ -52,6 +67,8 @@ constexpr const char* kUsage =
     "  [--max_queue_size=256] [--huge_every_s=4 (0: none)]\n"
     "  [--max_open_calls=2048] [--max_open_mib=160]\n"
     "  [--server_malloc_arenas=2 (0: glibc's default)]\n"
+    "  [--server_malloc_tunables=glibc.malloc.mmap_threshold=131072:glibc.malloc.arena_max=2\n"
+    "   (\"\": the server's own malloc settings)]\n"
     "  [--max_heap_growth_mib=1] [--max_rss_growth=-1] (negative: report only)\n"
     "  [--progress_s=10 (0: none)] [--seed=N]\n"
     "  [--json=soak_report.json] [--server_log=soak_server.log] [--server=PATH]\n";
@@ -93,6 +110,7 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
   number("server_malloc_arenas", &flags->server_malloc_arenas);
   number("max_heap_growth_mib", &flags->max_heap_growth_mib);
   number("max_rss_growth", &flags->max_rss_growth);
+  text("server_malloc_tunables", &flags->server_malloc_tunables);
   number("progress_s", &flags->progress_s);
   number("seed", &flags->seed);
   text("json", &flags->json);
@@ -178,6 +196,23 @@ Connections Connect(const std::string& target, int count) {
   return connections;
 }
 
+// glibc gives threads their own heap arenas (up to 8 per core) and keeps
+// what is freed in each: as gRPC's thread pools grow, every new arena's
+// high-water mark adds resident memory, in steps, for minutes. With a fixed
+// number of arenas and malloc settings that give freed memory back
+// (kReleasingMallocTunables), resident memory after a release measures what
+// the server keeps (README.md).
+std::vector<std::string> ServerEnvironment(const Flags& flags) {
+  std::vector<std::string> environment;
+  if (flags.server_malloc_arenas > 0) {
+    environment.push_back(absl::StrCat("MALLOC_ARENA_MAX=", flags.server_malloc_arenas));
+  }
+  if (!flags.server_malloc_tunables.empty()) {
+    environment.push_back("GLIBC_TUNABLES=" + flags.server_malloc_tunables);
+  }
+  return environment;
+}
+
 int Run(const Flags& flags) {
   SoakReport report;
   report.seed = flags.seed != 0 ? flags.seed : std::random_device{}() | 1;
@@ -193,16 +228,10 @@ int Run(const Flags& flags) {
        absl::StrCat("--max_request_rows=", limits.max_request_rows),
        absl::StrCat("--max_request_bytes=", limits.max_request_bytes),
        absl::StrCat("--max_receive_message_bytes=", limits.max_receive_message_bytes),
-       "--drain_timeout_s=30"},
-      // glibc gives threads their own heap arenas (up to 8 per core) and keeps
-      // what is freed in each: as gRPC's thread pools grow, every new arena's
-      // high-water mark adds resident memory, in steps, for minutes. With a
-      // fixed number of arenas, resident memory after the warm-up measures
-      // what the server keeps (README.md).
-      flags.server_malloc_arenas > 0
-          ? std::vector<std::string>{absl::StrCat("MALLOC_ARENA_MAX=", flags.server_malloc_arenas)}
-          : std::vector<std::string>{},
-      flags.server_log);
+       "--drain_timeout_s=30",
+       // Releases only when the memory readings ask for one (SIGUSR1).
+       "--memory_release_interval_s=0"},
+      ServerEnvironment(flags), flags.server_log);
   if (!server.ready()) {
     std::fprintf(stderr, "normsvc_soak: the server did not start:\n%s\n", server.Log().c_str());
     return 2;
@@ -224,6 +253,7 @@ int Run(const Flags& flags) {
   Tally tally;
   std::string idle_detail;
   bool idle = true;
+  bool released = true;  // every memory reading's release request was answered
   {
     UnaryLoad load(workload, connections.stubs, &tally, report.seed);
     report.capacity_rps =
@@ -301,21 +331,32 @@ int Run(const Flags& flags) {
     // connection closed: what is left then is what the server keeps, not
     // requests in flight nor what gRPC holds for a connection. Then the
     // clients connect anew.
-    const auto read_memory = [&](int64_t* rss, int64_t* heap) {
+    const auto read_memory = [&](int64_t* rss, int64_t* anon, int64_t* file, int64_t* heap) {
       load.HoldLargest(static_cast<int64_t>(flags.max_open_mib * (1 << 20)), Millis(2000));
       const bool now_idle = WaitServerIdle(server, &idle_detail);
       idle = idle && now_idle;
       load.ReplaceStubs({});
       connections = Connections{};
       *heap = SettledHeapBytes(server);
+      // Resident memory once the server has given its freed memory back
+      // (where its allocator can), read a fixed 3 s after the release both
+      // times: what the process keeps, not its high-water mark.
+      if (kHeapReleaseBuild) {
+        released = server.ReleaseFreeHeap() && released;
+        std::this_thread::sleep_for(std::chrono::seconds(3));
+      }
       *rss = server.ResidentBytes();
+      *anon = server.ResidentBytes("RssAnon");
+      *file = server.ResidentBytes("RssFile");
       connections = Connect(server.target(), flags.channels);
       load.ReplaceStubs(connections.stubs);
     };
-    read_memory(&report.rss_warm_bytes, &report.heap_warm_bytes);
+    read_memory(&report.rss_warm_bytes, &report.rss_anon_warm_bytes, &report.rss_file_warm_bytes,
+                &report.heap_warm_bytes);
     const std::atomic<bool> never{false};
     overload(std::max(1.0, flags.duration_s - report.warmup_s), 0, never);
-    read_memory(&report.rss_end_bytes, &report.heap_end_bytes);
+    read_memory(&report.rss_end_bytes, &report.rss_anon_end_bytes, &report.rss_file_end_bytes,
+                &report.heap_end_bytes);
     sampling = false;
     sampler.join();
     report.achieved_rps = load.achieved_rate();
@@ -342,6 +383,10 @@ int Run(const Flags& flags) {
         tally.count(kCancelled, grpc::StatusCode::CANCELLED) > 0);
   check("streams disconnected mid-stream", tally.streams_disconnected() > 0);
   check("the server is idle after the load", idle, idle_detail);
+  if (kHeapReleaseBuild) {
+    check("the server gave freed heap back when asked (SIGUSR1) before each memory reading",
+          released, released ? "" : "normsvc_heap_releases_total did not grow within 5 s");
+  }
   check("the server answered OK at least as often as clients saw OK",
         report.server_ok >= static_cast<double>(client_ok),
         absl::StrCat("server ", report.server_ok, ", clients ", client_ok));

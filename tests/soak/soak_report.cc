@@ -103,6 +103,9 @@ void PrintReport(const SoakReport& r, const Tally& tally) {
       "(growth %+.2f%%), peak %.1f MiB\n",
       MiB(r.rss_start_bytes), MiB(r.rss_warm_bytes), MiB(r.rss_end_bytes), 100 * RssGrowth(r),
       MiB(r.rss_peak_bytes));
+  std::printf("  of which anonymous %.1f -> %.1f MiB, file-backed %.1f -> %.1f MiB\n",
+              MiB(r.rss_anon_warm_bytes), MiB(r.rss_anon_end_bytes), MiB(r.rss_file_warm_bytes),
+              MiB(r.rss_file_end_bytes));
   std::printf(
       "server heap allocated (idle): start %.1f MiB, after warm-up %.1f MiB, end %.1f MiB "
       "(growth %+.2f%%)\n",
@@ -178,8 +181,11 @@ bool WriteJsonReport(const std::string& path, const SoakReport& r, const Tally& 
              tally.OkLatencyQuantile(1.0), tally.ok_latency_count())
       << absl::StrFormat(
              "  \"server_rss_bytes\": {\"start\": %d, \"after_warmup\": %d, \"end\": %d, "
-             "\"peak\": %d, \"growth\": %.5f},\n",
-             r.rss_start_bytes, r.rss_warm_bytes, r.rss_end_bytes, r.rss_peak_bytes, RssGrowth(r))
+             "\"peak\": %d, \"growth\": %.5f, \"anon_after_warmup\": %d, \"anon_end\": %d, "
+             "\"file_after_warmup\": %d, \"file_end\": %d},\n",
+             r.rss_start_bytes, r.rss_warm_bytes, r.rss_end_bytes, r.rss_peak_bytes, RssGrowth(r),
+             r.rss_anon_warm_bytes, r.rss_anon_end_bytes, r.rss_file_warm_bytes,
+             r.rss_file_end_bytes)
       << absl::StrFormat(
              "  \"server_heap_allocated_bytes\": {\"start\": %d, \"after_warmup\": %d, "
              "\"end\": %d, \"growth\": %.5f},\n",

@@ -28,6 +28,9 @@ struct SoakReport {
   int64_t rss_start_bytes = 0;  // before any load
   int64_t rss_warm_bytes = 0;   // at the end of the warm-up
   int64_t rss_end_bytes = 0;    // at the end of the load
+  // The anonymous and file-backed parts of the two readings above.
+  int64_t rss_anon_warm_bytes = 0, rss_anon_end_bytes = 0;
+  int64_t rss_file_warm_bytes = 0, rss_file_end_bytes = 0;
   int64_t rss_peak_bytes = 0;
   // The server's live heap allocations (normsvc_heap_allocated_bytes) with
   // the server idle: before any load, after the warm-up, at the end.
