@@ -59,12 +59,14 @@ absl::Status GpuExecutor::Initialize() {
   slots_.resize(std::max(1, options_.slots));
   for (Slot& slot : slots_) {
     NORMSVC_CUDA_TRY(cudaStreamCreateWithFlags(&slot.stream, cudaStreamNonBlocking));
-    NORMSVC_CUDA_TRY(
-        cudaHostAlloc(reinterpret_cast<void**>(&slot.host), staging, cudaHostAllocDefault));
-    NORMSVC_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&slot.device), staging));
+    // A multiple of 256 bytes: the staging buffer after it stays aligned.
     slot.table_bytes = kernels::ForwardWorkspaceBytes(static_cast<int>(options_.max_batch_tasks));
-    NORMSVC_CUDA_TRY(cudaMalloc(&slot.table_device, slot.table_bytes));
-    NORMSVC_CUDA_TRY(cudaHostAlloc(&slot.table_host, slot.table_bytes, cudaHostAllocDefault));
+    NORMSVC_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&slot.host), slot.table_bytes + staging,
+                                   cudaHostAllocDefault));
+    slot.host += slot.table_bytes;
+    NORMSVC_CUDA_TRY(
+        cudaMalloc(reinterpret_cast<void**>(&slot.device), slot.table_bytes + staging));
+    slot.device += slot.table_bytes;
     for (cudaEvent_t* event : {&slot.start, &slot.h2d, &slot.kernel, &slot.d2h}) {
       NORMSVC_CUDA_TRY(cudaEventCreate(event));
     }
@@ -83,10 +85,8 @@ GpuExecutor::~GpuExecutor() {
       if (event != nullptr) cudaEventDestroy(event);
     }
     if (slot.backward_workspace != nullptr) cudaFree(slot.backward_workspace);
-    if (slot.table_device != nullptr) cudaFree(slot.table_device);
-    if (slot.table_host != nullptr) cudaFreeHost(slot.table_host);
-    if (slot.device != nullptr) cudaFree(slot.device);
-    if (slot.host != nullptr) cudaFreeHost(slot.host);
+    if (slot.device != nullptr) cudaFree(slot.device - slot.table_bytes);
+    if (slot.host != nullptr) cudaFreeHost(slot.host - slot.table_bytes);
     if (slot.stream != nullptr) cudaStreamDestroy(slot.stream);
   }
   cudaGetLastError();
@@ -263,8 +263,27 @@ absl::Status GpuExecutor::RunRound(std::span<const TaskSlice> slices, Slot& slot
         kernels::BackwardWorkspaceBytes(backward_args.rows, backward_args.hidden);
     if (absl::Status status = EnsureBackwardWorkspace(slot, workspace); !status.ok()) return status;
   }
+  // The segment table room ends where the inputs begin, so the table and
+  // the inputs are one H2D copy of copy_before + input_bytes bytes.
+  const int segment_count = static_cast<int>(slot.segments.size());
+  const std::size_t table_room = kernels::ForwardWorkspaceBytes(segment_count);
+  std::size_t table_bytes = 0;
+  if (!backward) {
+    if (table_room > slot.table_bytes) {
+      return absl::InternalError(absl::StrCat(device_.label, ": a batch of ", segment_count,
+                                              " tasks has no room for its segment table"));
+    }
+    const kernels::Status written =
+        kernels::WriteForwardTable(slot.segments.data(), segment_count, slot.device - table_room,
+                                   table_room, slot.host - table_room, &table_bytes);
+    if (!written.ok()) {
+      return absl::InternalError(absl::StrCat(device_.label, ": launch: ", written.message()));
+    }
+  }
+  const std::size_t copy_before = table_bytes > 0 ? table_room : 0;
 
-  // One H2D copy, one launch, one D2H copy, on the slot's stream.
+  // One H2D copy (the table and the inputs), the launch, one D2H copy, on
+  // the slot's stream.
   auto enqueue = [&]() -> absl::Status {
     if (inject_fault_.exchange(false)) {
       // Test hook: a copy with an invalid direction fails inside the CUDA
@@ -273,15 +292,16 @@ absl::Status GpuExecutor::RunRound(std::span<const TaskSlice> slices, Slot& slot
           cudaMemcpyAsync(slot.device, slot.host, 1, static_cast<cudaMemcpyKind>(99), slot.stream));
     }
     NORMSVC_CUDA_TRY(cudaEventRecord(slot.start, slot.stream));
-    NORMSVC_CUDA_TRY(cudaMemcpyAsync(slot.device, slot.host, plan.input_bytes,
-                                     cudaMemcpyHostToDevice, slot.stream));
+    NORMSVC_CUDA_TRY(cudaMemcpyAsync(slot.device - copy_before, slot.host - copy_before,
+                                     copy_before + plan.input_bytes, cudaMemcpyHostToDevice,
+                                     slot.stream));
     NORMSVC_CUDA_TRY(cudaEventRecord(slot.h2d, slot.stream));
     const kernels::Status launched =
         backward ? kernels::LaunchBackward(backward_args, slot.backward_workspace,
                                            slot.backward_workspace_bytes, slot.stream)
-                 : kernels::LaunchForward(slot.segments.data(),
-                                          static_cast<int>(slot.segments.size()), slot.table_device,
-                                          slot.table_bytes, slot.table_host, slot.stream);
+                 : kernels::LaunchForwardWithUploadedTable(slot.segments.data(), segment_count,
+                                                           slot.device - table_room, table_room,
+                                                           slot.stream);
     if (!launched.ok()) {
       return absl::InternalError(absl::StrCat(device_.label, ": launch: ", launched.message()));
     }

@@ -2,14 +2,14 @@
 //
 // Per batch slot (--batches_in_flight of them, one worker thread each): a
 // non-blocking stream, a pinned host staging buffer and a device buffer of
-// --staging_buffer_bytes, a segment table (device + pinned host) and four
-// timing events. A forward batch is one round: pack the inputs into the
-// pinned buffer, one H2D copy, one multi-segment LaunchForward, one D2H
-// copy, unpack into the responses. With two or more slots, one batch's
-// copies overlap another's kernel. A task larger than the staging buffer
-// runs in several rounds of row chunks on its slot; a backward task is one
-// LaunchBackward (its dgamma/dbeta chunk partials, if chunked, are summed
-// on the host in chunk order, so results stay deterministic).
+// --staging_buffer_bytes, each preceded by room for a segment table, and
+// four timing events. A forward batch is one round: pack the inputs into the
+// pinned buffer and the segment table just before them, one H2D copy for
+// both, one multi-segment launch, one D2H copy, unpack into the responses. With two or more slots,
+// one batch's copies overlap another's kernel. A task larger than the staging buffer runs in
+// several rounds of row chunks on its slot; a backward task is one LaunchBackward (its dgamma/dbeta
+// chunk partials, if chunked, are summed on the host in chunk order, so results stay
+// deterministic).
 //
 // Registered parameters are uploaded once (Upload) and referenced by device
 // pointer. CUDA errors become INTERNAL statuses for the batch; the slot's
@@ -48,10 +48,11 @@ class GpuExecutor final : public Executor {
  private:
   struct Slot {
     cudaStream_t stream = nullptr;
-    char* host = nullptr;    // pinned staging
-    char* device = nullptr;  // device mirror of the staging buffer
-    void* table_device = nullptr;
-    void* table_host = nullptr;  // pinned
+    // Pinned staging and its device mirror; `table_bytes` before each is
+    // room for the segment table, so that the table and the inputs travel
+    // in one copy.
+    char* host = nullptr;
+    char* device = nullptr;
     std::size_t table_bytes = 0;
     void* backward_workspace = nullptr;
     std::size_t backward_workspace_bytes = 0;

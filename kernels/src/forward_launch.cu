@@ -192,8 +192,29 @@ Status LaunchForwardSegment(const ForwardSegment& segment, cudaStream_t stream) 
                         stream);
 }
 
-Status LaunchForward(const ForwardSegment* segments, int count, void* device_workspace,
-                     std::size_t workspace_bytes, void* host_staging, cudaStream_t stream) {
+namespace {
+
+// The launches of one multi-segment call: one per group of segments with
+// equal plans, in key order.
+struct PreparedForward {
+  struct Launch {
+    int first_segment;  // index into the caller's segments (dtypes of the group)
+    KernelPlan plan;
+    bool fast;
+    ForwardParams params;
+  };
+  std::vector<Launch> launches;
+  std::size_t table_bytes = 0;  // 0: no group needs the table
+};
+
+// Validates, groups segments by plan and describes each launch. The table
+// of the groups with two or more segments points into `device_workspace`;
+// its image is written to `host_table` when that is not null (the grouping
+// is a pure function of the segments, so calls with and without a host
+// table describe the same launches).
+Status PrepareForward(const ForwardSegment* segments, int count, void* device_workspace,
+                      std::size_t workspace_bytes, unsigned char* host_table,
+                      PreparedForward* prepared) {
   if (count < 0 || (count > 0 && segments == nullptr)) {
     return detail::InvalidArgument("segments must not be null and count must be >= 0");
   }
@@ -217,6 +238,8 @@ Status LaunchForward(const ForwardSegment* segments, int count, void* device_wor
     const bool fast = UsesFast(segments[i], plan);
     entries.push_back({PackedKey(segments[i], plan, fast), i, plan, fast});
   }
+  prepared->launches.clear();
+  prepared->table_bytes = 0;
   if (entries.empty()) return Status::Ok();
   // A batch of one configuration (the common case) is already in order.
   auto by_key = [](const Entry& a, const Entry& b) { return a.key < b.key; };
@@ -236,31 +259,22 @@ Status LaunchForward(const ForwardSegment* segments, int count, void* device_wor
   }
 
   const std::size_t n = entries.size();
-  const std::size_t table_bytes = n * kTableEntryBytes;
-  std::vector<unsigned char> pageable;
-  unsigned char* table_host = nullptr;
-  if (needs_table) {
-    if (device_workspace == nullptr || workspace_bytes < ForwardWorkspaceBytes(count)) {
-      return detail::InvalidArgument(
-          "a multi-segment launch needs a device workspace of ForwardWorkspaceBytes(" +
-          std::to_string(count) + ") = " + std::to_string(ForwardWorkspaceBytes(count)) +
-          " bytes, got " + std::to_string(device_workspace ? workspace_bytes : 0));
-    }
-    if (host_staging != nullptr) {
-      table_host = static_cast<unsigned char*>(host_staging);
-    } else {
-      pageable.resize(table_bytes);
-      table_host = pageable.data();
-    }
+  if (needs_table &&
+      (device_workspace == nullptr || workspace_bytes < ForwardWorkspaceBytes(count))) {
+    return detail::InvalidArgument(
+        "a multi-segment launch needs a device workspace of ForwardWorkspaceBytes(" +
+        std::to_string(count) + ") = " + std::to_string(ForwardWorkspaceBytes(count)) +
+        " bytes, got " + std::to_string(device_workspace ? workspace_bytes : 0));
   }
+  if (needs_table) prepared->table_bytes = n * kTableEntryBytes;
 
-  std::vector<ForwardParams> launches;
-  launches.reserve(groups.size());
-  auto* table_rows = reinterpret_cast<DeviceSegment*>(table_host);
-  auto* first_rows = reinterpret_cast<int64_t*>(table_host + n * sizeof(DeviceSegment));
+  auto* table_rows = reinterpret_cast<DeviceSegment*>(host_table);
+  auto* first_rows =
+      host_table ? reinterpret_cast<int64_t*>(host_table + n * sizeof(DeviceSegment)) : nullptr;
   auto* device_rows = static_cast<DeviceSegment*>(device_workspace);
   auto* device_first_rows = reinterpret_cast<int64_t*>(
       static_cast<unsigned char*>(device_workspace) + n * sizeof(DeviceSegment));
+  prepared->launches.reserve(groups.size());
   for (const auto& [start, end] : groups) {
     ForwardParams params = {};
     const KernelPlan& plan = entries[start].plan;
@@ -273,7 +287,7 @@ Status LaunchForward(const ForwardSegment* segments, int count, void* device_wor
       const DeviceSegment d = ToDevice(s, plan, rows);
       if (end - start == 1) {
         params.single = d;
-      } else {
+      } else if (host_table != nullptr) {
         std::memcpy(&table_rows[e], &d, sizeof(d));
         std::memcpy(&first_rows[e], &rows, sizeof(rows));
       }
@@ -284,26 +298,80 @@ Status LaunchForward(const ForwardSegment* segments, int count, void* device_wor
       params.table = device_rows + start;
       params.first_rows = device_first_rows + start;
     }
-    launches.push_back(params);
+    prepared->launches.push_back(
+        {entries[start].index, entries[start].plan, entries[start].fast, params});
   }
+  return Status::Ok();
+}
 
-  if (needs_table) {
-    if (Status st = detail::FromCuda("segment table upload",
-                                     cudaMemcpyAsync(device_workspace, table_host, table_bytes,
-                                                     cudaMemcpyHostToDevice, stream));
-        !st.ok()) {
-      return st;
-    }
-  }
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    const Entry& first = entries[groups[g].first];
-    if (Status st = LaunchOneGroup(segments[first.index].x_dtype, segments[first.index].param_dtype,
-                                   first.plan, first.fast, launches[g], stream);
+Status EnqueueForward(const ForwardSegment* segments, const PreparedForward& prepared,
+                      cudaStream_t stream) {
+  for (const PreparedForward::Launch& launch : prepared.launches) {
+    const ForwardSegment& first = segments[launch.first_segment];
+    if (Status st = LaunchOneGroup(first.x_dtype, first.param_dtype, launch.plan, launch.fast,
+                                   launch.params, stream);
         !st.ok()) {
       return st;
     }
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status LaunchForward(const ForwardSegment* segments, int count, void* device_workspace,
+                     std::size_t workspace_bytes, void* host_staging, cudaStream_t stream) {
+  // The table image goes to the caller's pinned staging, else to pageable
+  // memory (then the upload is synchronous with the host).
+  std::vector<unsigned char> pageable;
+  unsigned char* table_host = static_cast<unsigned char*>(host_staging);
+  if (table_host == nullptr && count > 1) {
+    pageable.resize(static_cast<std::size_t>(count) * kTableEntryBytes);
+    table_host = pageable.data();
+  }
+  PreparedForward prepared;
+  if (Status st =
+          PrepareForward(segments, count, device_workspace, workspace_bytes, table_host, &prepared);
+      !st.ok()) {
+    return st;
+  }
+  if (prepared.table_bytes > 0) {
+    if (Status st =
+            detail::FromCuda("segment table upload",
+                             cudaMemcpyAsync(device_workspace, table_host, prepared.table_bytes,
+                                             cudaMemcpyHostToDevice, stream));
+        !st.ok()) {
+      return st;
+    }
+  }
+  return EnqueueForward(segments, prepared, stream);
+}
+
+Status WriteForwardTable(const ForwardSegment* segments, int count, void* device_workspace,
+                         std::size_t workspace_bytes, void* host_table, std::size_t* table_bytes) {
+  if (host_table == nullptr || table_bytes == nullptr) {
+    return detail::InvalidArgument("host_table and table_bytes must not be null");
+  }
+  PreparedForward prepared;
+  if (Status st = PrepareForward(segments, count, device_workspace, workspace_bytes,
+                                 static_cast<unsigned char*>(host_table), &prepared);
+      !st.ok()) {
+    return st;
+  }
+  *table_bytes = prepared.table_bytes;
+  return Status::Ok();
+}
+
+Status LaunchForwardWithUploadedTable(const ForwardSegment* segments, int count,
+                                      void* device_workspace, std::size_t workspace_bytes,
+                                      cudaStream_t stream) {
+  PreparedForward prepared;
+  if (Status st =
+          PrepareForward(segments, count, device_workspace, workspace_bytes, nullptr, &prepared);
+      !st.ok()) {
+    return st;
+  }
+  return EnqueueForward(segments, prepared, stream);
 }
 
 }  // namespace normsvc::kernels

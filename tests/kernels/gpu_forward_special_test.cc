@@ -139,6 +139,24 @@ TEST(ForwardBatchInvariance, MixedLaunchMatchesEachTensorAlone) {
     EXPECT_EQ(cases[i]->OutputBytes(), alone[i]) << Describe(cases[i]->spec());
     cases[i]->Check("mixed launch");
   }
+
+  // The same launch in two steps: the caller uploads the table image.
+  for (auto& c : cases) c->PoisonOutputs();
+  std::vector<unsigned char> table(workspace.bytes(), 0xA5);
+  std::size_t table_bytes = 0;
+  ASSERT_TRUE(WriteForwardTable(segments.data(), static_cast<int>(segments.size()), workspace.get(),
+                                workspace.bytes(), table.data(), &table_bytes)
+                  .ok());
+  ASSERT_GT(table_bytes, 0u);
+  ASSERT_LE(table_bytes, workspace.bytes());
+  CUDA_ASSERT_OK(cudaMemcpy(workspace.get(), table.data(), table_bytes, cudaMemcpyHostToDevice));
+  ASSERT_TRUE(LaunchForwardWithUploadedTable(segments.data(), static_cast<int>(segments.size()),
+                                             workspace.get(), workspace.bytes(), nullptr)
+                  .ok());
+  CUDA_ASSERT_OK(cudaDeviceSynchronize());
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(cases[i]->OutputBytes(), alone[i]) << "two-step " << Describe(cases[i]->spec());
+  }
 }
 
 // 1,000 one-row segments of H = 4096 in one launch give the bits of one
@@ -202,6 +220,22 @@ TEST(ForwardArguments, RejectsBadEpsilonAndSmallWorkspace) {
   s.x_row_stride = s.out_row_stride = s.hidden;
   EXPECT_EQ(LaunchForwardSegment(s, nullptr).code(), Code::kInvalidArgument);
   EXPECT_EQ(LaunchForward(nullptr, 1, nullptr, 0, nullptr, nullptr).code(), Code::kInvalidArgument);
+  // The two-step form checks the same, and needs somewhere to write.
+  s.hidden = 8;
+  s.x_row_stride = s.out_row_stride = 8;
+  std::size_t table_bytes = 1;
+  unsigned char table[1024];
+  EXPECT_EQ(WriteForwardTable(two, 2, nullptr, 0, table, &table_bytes).code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(WriteForwardTable(two, 2, reinterpret_cast<void*>(0x3000), ForwardWorkspaceBytes(2),
+                              nullptr, &table_bytes)
+                .code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(LaunchForwardWithUploadedTable(two, 2, nullptr, 0, nullptr).code(),
+            Code::kInvalidArgument);
+  // One segment needs no table.
+  ASSERT_TRUE(WriteForwardTable(&s, 1, nullptr, 0, table, &table_bytes).ok());
+  EXPECT_EQ(table_bytes, 0u);
 }
 
 }  // namespace

@@ -29,6 +29,21 @@ std::size_t ForwardWorkspaceBytes(int segment_count);
 Status LaunchForward(const ForwardSegment* segments, int count, void* device_workspace,
                      std::size_t workspace_bytes, void* host_staging, cudaStream_t stream);
 
+// LaunchForward in two steps, for callers that upload the segment table
+// together with their own inputs (one host-to-device copy for both).
+// WriteForwardTable writes into `host_table` (at least
+// ForwardWorkspaceBytes(count) bytes) the table image that LaunchForward
+// would upload to `device_workspace`, and sets *table_bytes to its size (0
+// when no two segments share a plan: nothing to upload). The caller copies
+// those bytes to `device_workspace` on the stream, then calls
+// LaunchForwardWithUploadedTable with the same segments and workspace,
+// which launches exactly what LaunchForward would.
+Status WriteForwardTable(const ForwardSegment* segments, int count, void* device_workspace,
+                         std::size_t workspace_bytes, void* host_table, std::size_t* table_bytes);
+Status LaunchForwardWithUploadedTable(const ForwardSegment* segments, int count,
+                                      void* device_workspace, std::size_t workspace_bytes,
+                                      cudaStream_t stream);
+
 // One segment without a segment table: the segment travels as a kernel
 // parameter, so there is no workspace, no upload and no table read (the
 // small-batch path). Same plan, hence the same result bits, as the segment
