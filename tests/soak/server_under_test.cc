@@ -38,6 +38,14 @@ int64_t ServerUnderTest::ResidentBytes(const std::string& field) const {
   return 0;
 }
 
+bool ServerUnderTest::SaveSmaps(const std::string& path) const {
+  std::ifstream smaps("/proc/" + std::to_string(process_->pid()) + "/smaps");
+  std::ofstream copy(path);
+  if (!smaps || !copy) return false;
+  copy << smaps.rdbuf();
+  return static_cast<bool>(copy);
+}
+
 std::string ServerUnderTest::Metrics() const { return testing::HttpGet(metrics_port_, "/metrics"); }
 
 bool ServerUnderTest::ReleaseFreeHeap() const {

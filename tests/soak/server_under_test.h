@@ -27,6 +27,9 @@ class ServerUnderTest {
   // RssAnon, RssFile: its anonymous and file-backed parts); 0 when it cannot
   // be read.
   int64_t ResidentBytes(const std::string& field = "VmRSS") const;
+  // Copies /proc/<pid>/smaps (every mapping with its resident size) to
+  // `path`; false when it cannot.
+  bool SaveSmaps(const std::string& path) const;
   // Asks the server to give freed heap memory back now (SIGUSR1) and waits,
   // at most 5 s, until normsvc_heap_releases_total says it did; false when
   // it did not.

@@ -59,6 +59,9 @@ struct Flags {
   uint64_t seed = 0;       // 0: random
   std::string json = "soak_report.json";
   std::string server_log = "soak_server.log";
+  // When set, the server's /proc/<pid>/smaps at each memory reading goes to
+  // <prefix>.warm and <prefix>.end (which mappings grew).
+  std::string smaps_prefix;
 };
 
 constexpr const char* kUsage =
@@ -71,7 +74,8 @@ constexpr const char* kUsage =
     "   (\"\": the server's own malloc settings)]\n"
     "  [--max_heap_growth_mib=1] [--max_rss_growth=-1] (negative: report only)\n"
     "  [--progress_s=10 (0: none)] [--seed=N]\n"
-    "  [--json=soak_report.json] [--server_log=soak_server.log] [--server=PATH]\n";
+    "  [--json=soak_report.json] [--server_log=soak_server.log] [--server=PATH]\n"
+    "  [--smaps_prefix=PATH (the server's smaps at each memory reading: PATH.warm, PATH.end)]\n";
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
   std::map<std::string, std::string> values;
@@ -116,6 +120,7 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
   text("json", &flags->json);
   text("server_log", &flags->server_log);
   text("server", &flags->server);
+  text("smaps_prefix", &flags->smaps_prefix);
   if (flags->warmup_s < 0) flags->warmup_s = std::min(60.0, flags->duration_s / 4);
   return ok && values.empty() && flags->duration_s > flags->warmup_s && flags->channels > 0 &&
          flags->overload > 0 && flags->capacity_concurrency > 0;
@@ -331,7 +336,8 @@ int Run(const Flags& flags) {
     // connection closed: what is left then is what the server keeps, not
     // requests in flight nor what gRPC holds for a connection. Then the
     // clients connect anew.
-    const auto read_memory = [&](int64_t* rss, int64_t* anon, int64_t* file, int64_t* heap) {
+    const auto read_memory = [&](int64_t* rss, int64_t* anon, int64_t* file, int64_t* heap,
+                                 const char* reading) {
       load.HoldLargest(static_cast<int64_t>(flags.max_open_mib * (1 << 20)), Millis(2000));
       const bool now_idle = WaitServerIdle(server, &idle_detail);
       idle = idle && now_idle;
@@ -348,15 +354,20 @@ int Run(const Flags& flags) {
       *rss = server.ResidentBytes();
       *anon = server.ResidentBytes("RssAnon");
       *file = server.ResidentBytes("RssFile");
+      if (!flags.smaps_prefix.empty() &&
+          !server.SaveSmaps(absl::StrCat(flags.smaps_prefix, ".", reading))) {
+        std::fprintf(stderr, "normsvc_soak: could not write %s.%s\n", flags.smaps_prefix.c_str(),
+                     reading);
+      }
       connections = Connect(server.target(), flags.channels);
       load.ReplaceStubs(connections.stubs);
     };
     read_memory(&report.rss_warm_bytes, &report.rss_anon_warm_bytes, &report.rss_file_warm_bytes,
-                &report.heap_warm_bytes);
+                &report.heap_warm_bytes, "warm");
     const std::atomic<bool> never{false};
     overload(std::max(1.0, flags.duration_s - report.warmup_s), 0, never);
     read_memory(&report.rss_end_bytes, &report.rss_anon_end_bytes, &report.rss_file_end_bytes,
-                &report.heap_end_bytes);
+                &report.heap_end_bytes, "end");
     sampling = false;
     sampler.join();
     report.achieved_rps = load.achieved_rate();
