@@ -148,6 +148,7 @@ std::optional<Batch> Batcher::TakeLocked(absl::Time now, std::vector<Dropped>* d
     add(PopLocked());
   }
   batch.closed_at = now;
+  batch.more_queued = !queue_.empty();
   return batch;
 }
 

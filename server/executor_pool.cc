@@ -9,7 +9,8 @@ namespace {
 
 // Threads that send replies alongside the batch workers: a quarter of the
 // machine's, between 2 and 8.
-int ReplyThreads() {
+int ReplyThreads(int requested) {
+  if (requested >= 0) return requested;
   return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 2, 8);
 }
 
@@ -17,8 +18,8 @@ int ReplyThreads() {
 
 ExecutorPool::ExecutorPool(std::vector<std::unique_ptr<Executor>> executors,
                            const BatcherOptions& batching, MemoryBudget* budget,
-                           ServiceMetrics& metrics)
-    : executors_(std::move(executors)), replies_(ReplyThreads()) {
+                           ServiceMetrics& metrics, int reply_threads)
+    : executors_(std::move(executors)), replies_(ReplyThreads(reply_threads)) {
   for (int i = 0; i < size(); ++i) {
     BatcherOptions options = batching;
     options.max_batch_staging_bytes = executors_[i]->max_batch_staging_bytes();

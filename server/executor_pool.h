@@ -21,8 +21,10 @@ class ExecutorPool {
  public:
   // Executor i uses metrics.device(i). `batching` is the per-executor
   // template; each batcher also honours its executor's staging capacity.
+  // `reply_threads` send a batch's replies beside the thread that ran it
+  // (negative: a quarter of the cores, 2 to 8; 0: that thread sends all).
   ExecutorPool(std::vector<std::unique_ptr<Executor>> executors, const BatcherOptions& batching,
-               MemoryBudget* budget, ServiceMetrics& metrics);
+               MemoryBudget* budget, ServiceMetrics& metrics, int reply_threads = -1);
   ~ExecutorPool();  // Close() and Join()
 
   // Called once, on the scheduling thread, the first time no executor is

@@ -13,12 +13,19 @@
 
 namespace normsvc::server {
 
+// How a batch's thread waits for the device: spinning (lowest latency, one
+// core busy while the batch runs), sleeping until the driver wakes it
+// (the core is free for other work), or spinning only while no other
+// request is queued (kAuto).
+enum class GpuWait { kAuto, kSpin, kBlock };
+
 struct GpuExecutorOptions {
   int device = 0;                              // CUDA device index
   int executor_index = 0;                      // position in the pool (registered parameters)
   int slots = 2;                               // batches in flight (one stream + staging each)
   int64_t staging_bytes = int64_t{128} << 20;  // pinned host and device bytes per slot
   int64_t max_batch_tasks = 4096;              // segment table capacity
+  GpuWait wait = GpuWait::kAuto;
 };
 
 // True when this build contains the GPU executor.

@@ -67,9 +67,12 @@ absl::Status GpuExecutor::Initialize() {
     NORMSVC_CUDA_TRY(
         cudaMalloc(reinterpret_cast<void**>(&slot.device), slot.table_bytes + staging));
     slot.device += slot.table_bytes;
-    for (cudaEvent_t* event : {&slot.start, &slot.h2d, &slot.kernel, &slot.d2h}) {
+    for (cudaEvent_t* event : {&slot.start, &slot.h2d, &slot.kernel}) {
       NORMSVC_CUDA_TRY(cudaEventCreate(event));
     }
+    // Blocking sync makes cudaEventSynchronize sleep; WaitForRound spins on
+    // cudaEventQuery instead when the batch should not.
+    NORMSVC_CUDA_TRY(cudaEventCreateWithFlags(&slot.d2h, cudaEventBlockingSync));
     slot.segments.reserve(static_cast<std::size_t>(options_.max_batch_tasks));
     device_.device_buffer_bytes += static_cast<int64_t>(staging + slot.table_bytes);
   }
@@ -123,6 +126,8 @@ BatchResult GpuExecutor::Run(const Batch& batch, int slot_index) {
     return result;
   }
   Slot& slot = slots_[slot_index];
+  slot.block =
+      options_.wait == GpuWait::kBlock || (options_.wait == GpuWait::kAuto && batch.more_queued);
   Timings timings;
   absl::Status status;
   if (const cudaError_t error = cudaSetDevice(options_.device); error != cudaSuccess) {
@@ -182,6 +187,17 @@ absl::Status GpuExecutor::EnsureBackwardWorkspace(Slot& slot, std::size_t bytes)
   NORMSVC_CUDA_TRY(cudaMalloc(&slot.backward_workspace, bytes));
   slot.backward_workspace_bytes = bytes;
   return absl::OkStatus();
+}
+
+cudaError_t GpuExecutor::WaitForRound(const Slot& slot) {
+  if (slot.block) return cudaEventSynchronize(slot.d2h);
+  cudaError_t state;
+  while ((state = cudaEventQuery(slot.d2h)) == cudaErrorNotReady) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  return state;
 }
 
 void GpuExecutor::Recover(Slot& slot) {
@@ -310,7 +326,7 @@ absl::Status GpuExecutor::RunRound(std::span<const TaskSlice> slices, Slot& slot
                                      plan.total_bytes - plan.input_bytes, cudaMemcpyDeviceToHost,
                                      slot.stream));
     NORMSVC_CUDA_TRY(cudaEventRecord(slot.d2h, slot.stream));
-    NORMSVC_CUDA_TRY(cudaEventSynchronize(slot.d2h));
+    NORMSVC_CUDA_TRY(WaitForRound(slot));
     float h2d_ms = 0, kernel_ms = 0, d2h_ms = 0;
     NORMSVC_CUDA_TRY(cudaEventElapsedTime(&h2d_ms, slot.start, slot.h2d));
     NORMSVC_CUDA_TRY(cudaEventElapsedTime(&kernel_ms, slot.h2d, slot.kernel));

@@ -56,7 +56,9 @@ class GpuExecutor final : public Executor {
     std::size_t table_bytes = 0;
     void* backward_workspace = nullptr;
     std::size_t backward_workspace_bytes = 0;
-    cudaEvent_t start = nullptr, h2d = nullptr, kernel = nullptr, d2h = nullptr;
+    cudaEvent_t start = nullptr, h2d = nullptr, kernel = nullptr;
+    cudaEvent_t d2h = nullptr;  // the round's end; created with cudaEventBlockingSync
+    bool block = false;         // this batch sleeps on d2h instead of spinning (GpuWait)
     std::vector<kernels::ForwardSegment> segments;  // reused
   };
   struct Timings {
@@ -76,6 +78,9 @@ class GpuExecutor final : public Executor {
   // After a failed round: wait for the stream, clear the error, and decide
   // whether the device is still usable.
   void Recover(Slot& slot);
+  // Waits until the slot's round has finished (slot.d2h): sleeping when
+  // slot.block, else spinning on cudaEventQuery.
+  static cudaError_t WaitForRound(const Slot& slot);
   void MeasureCopyBandwidth();
 
   const GpuExecutorOptions options_;

@@ -118,6 +118,13 @@ std::vector<FlagSpec> Flags() {
                 "how long a batch may wait to fill (0: launch when an executor is free)"));
   flags.push_back(Int64Flag("max_queue_size", &ServerOptions::max_queue_size,
                             "queued requests per executor before RESOURCE_EXHAUSTED"));
+  flags.push_back(Int64Flag("reply_threads", &ServerOptions::reply_threads,
+                            "threads that send a batch's replies beside the thread that ran it "
+                            "(-1: a quarter of the cores, 2 to 8; 0: that thread sends them all)"));
+  flags.push_back(StringFlag("gpu_wait", &ServerOptions::gpu_wait,
+                             "how a batch's thread waits for the GPU: spin (lowest latency, a "
+                             "core busy per batch in flight), block (sleeps until the driver "
+                             "wakes it), auto (spins only while no other request is queued)"));
   flags.push_back(Int64Flag("idle_spin_us", &ServerOptions::idle_spin_us,
                             "how long one idle batch worker polls for new requests before it "
                             "sleeps: lower latency at low load on a host with idle cores, for up "
@@ -221,6 +228,7 @@ absl::Status ValidateOptions(const ServerOptions& o) {
            at_least("max_batch_bytes", o.max_batch_bytes, 1),
            at_least("max_queue_delay_us", o.max_queue_delay_us, 0),
            at_least("idle_spin_us", o.idle_spin_us, 0),
+           at_least("reply_threads", o.reply_threads, -1),
            at_least("max_queue_size", o.max_queue_size, 1),
            at_least("max_queued_bytes", o.max_queued_bytes, 1),
            at_least("max_hidden_size", o.max_hidden_size, 1),
@@ -241,6 +249,14 @@ absl::Status ValidateOptions(const ServerOptions& o) {
            at_least("drain_grace_ms", o.drain_grace_ms, 0),
        }) {
     if (!status.ok()) return status;
+  }
+  if (o.gpu_wait != "auto" && o.gpu_wait != "spin" && o.gpu_wait != "block") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu_wait: '", o.gpu_wait, "' is not one of auto, spin, block"));
+  }
+  if (o.reply_threads > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--reply_threads must be <= 256, got ", o.reply_threads));
   }
   if (o.max_hidden_size > kernels::kMaxHidden) {
     return absl::InvalidArgumentError(absl::StrCat(

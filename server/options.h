@@ -43,6 +43,12 @@ struct ServerOptions {
   int64_t max_queue_size = 4096;
   int batches_in_flight = 2;
   int64_t idle_spin_us = 0;  // one idle worker polls this long before sleeping (0: off)
+  // How a batch's thread waits for the GPU: auto, spin or block
+  // (GpuWait, gpu_backend.h).
+  std::string gpu_wait = "auto";
+  // Threads that send a batch's replies beside the thread that ran it
+  // (-1: a quarter of the cores, 2 to 8; 0: that thread sends them all).
+  int64_t reply_threads = -1;
 
   // Memory bounds.
   int64_t max_queued_bytes = int64_t{1} << 30;  // request + response bytes accepted, per server

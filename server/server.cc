@@ -177,6 +177,9 @@ absl::Status Server::CreateExecutors() {
       gpu.executor_index = static_cast<int>(executors.size());
       gpu.slots = options_.batches_in_flight;
       gpu.staging_bytes = options_.staging_buffer_bytes;
+      gpu.wait = options_.gpu_wait == "spin"    ? GpuWait::kSpin
+                 : options_.gpu_wait == "block" ? GpuWait::kBlock
+                                                : GpuWait::kAuto;
       gpu.max_batch_tasks = std::min(options_.max_queue_size, options_.max_batch_rows);
       absl::StatusOr<std::unique_ptr<Executor>> executor = CreateGpuExecutor(gpu);
       if (!executor.ok()) return executor.status();
@@ -218,7 +221,8 @@ absl::Status Server::CreateExecutors() {
       MemoryReleaseOptions{absl::Seconds(options_.memory_release_interval_s)},
       [budget = budget_.get()] { return budget->used() == 0; },
       MemoryReleaseMetrics{&metrics_->heap_released_bytes(), &metrics_->heap_releases()});
-  pool_ = std::make_unique<ExecutorPool>(std::move(executors), batching, budget_.get(), *metrics_);
+  pool_ = std::make_unique<ExecutorPool>(std::move(executors), batching, budget_.get(), *metrics_,
+                                         static_cast<int>(options_.reply_threads));
   pool_->SetNoHealthyExecutorCallback([this] {
     Log(LogLevel::kError, "no healthy executor left: health is NOT_SERVING until restart");
     SetServing(false);

@@ -93,6 +93,9 @@ struct Batch {
   int64_t output_bytes = 0;
   int64_t staging_bytes = 0;
   absl::Time closed_at;
+  // Requests were still queued when the batch closed: the executor is busy,
+  // so CPU time spent waiting on the device is taken from other work.
+  bool more_queued = false;
 
   bool is_backward() const { return !tasks.empty() && tasks.front()->kind == TaskKind::kBackward; }
 };

@@ -95,6 +95,7 @@ TEST_F(BatcherTest, ZeroDelayTakesEverythingQueuedInFifoOrder) {
   EXPECT_EQ(RowsOf(*batch), (std::vector<int64_t>{3, 1, 2}));
   EXPECT_EQ(batch->rows, 6);
   EXPECT_EQ(batch->input_bytes, 96);
+  EXPECT_FALSE(batch->more_queued);  // the queue is empty: the executor may spin
   EXPECT_FALSE(batcher->TryTakeBatch());
   for (auto& task : batch->tasks) batcher->Finish(std::move(task), absl::OkStatus());
 }
@@ -134,12 +135,14 @@ TEST_F(BatcherTest, MaxRowsClosesTheBatchBeforeTheDelay) {
   std::optional<Batch> batch = batcher->TryTakeBatch();
   ASSERT_TRUE(batch);
   EXPECT_EQ(RowsOf(*batch), (std::vector<int64_t>{4, 4}));  // a third would exceed 10
+  EXPECT_TRUE(batch->more_queued);                          // the third still waits
   EXPECT_FALSE(batcher->TryTakeBatch());                    // 4 rows left, waiting for the delay
   EXPECT_EQ(batcher->pending_rows(), 4);
   now_ += absl::Seconds(1);
   std::optional<Batch> rest = batcher->TryTakeBatch();
   ASSERT_TRUE(rest);
   EXPECT_EQ(RowsOf(*rest), (std::vector<int64_t>{4}));
+  EXPECT_FALSE(rest->more_queued);
   for (auto* b : {&*batch, &*rest}) {
     for (auto& task : b->tasks) batcher->Finish(std::move(task), absl::OkStatus());
   }
