@@ -131,6 +131,7 @@ std::optional<Batch> Batcher::TakeLocked(absl::Time now, std::vector<Dropped>* d
   add(PopLocked());
   if (batch.is_backward()) {
     batch.closed_at = now;
+    batch.more_queued = !queue_.empty();
     return batch;
   }
   while (true) {

@@ -15,8 +15,8 @@ namespace normsvc::server {
 
 // How a batch's thread waits for the device: spinning (lowest latency, one
 // core busy while the batch runs), sleeping until the driver wakes it
-// (the core is free for other work), or spinning only while no other
-// request is queued (kAuto).
+// (the core is free for other work), or spinning only when no other
+// request was queued as the batch closed (kAuto, Batch::more_queued).
 enum class GpuWait { kAuto, kSpin, kBlock };
 
 struct GpuExecutorOptions {

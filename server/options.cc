@@ -118,13 +118,15 @@ std::vector<FlagSpec> Flags() {
                 "how long a batch may wait to fill (0: launch when an executor is free)"));
   flags.push_back(Int64Flag("max_queue_size", &ServerOptions::max_queue_size,
                             "queued requests per executor before RESOURCE_EXHAUSTED"));
-  flags.push_back(Int64Flag("reply_threads", &ServerOptions::reply_threads,
-                            "threads that send a batch's replies beside the thread that ran it "
-                            "(-1: a quarter of the cores, 2 to 8; 0: that thread sends them all)"));
+  flags.push_back(Int64Flag(
+      "reply_threads", &ServerOptions::reply_threads,
+      "threads that send a batch's replies beside the thread that ran it "
+      "(-1: a quarter of the cores, 2 to 8; 0: that thread sends them all; at most 256)"));
   flags.push_back(StringFlag("gpu_wait", &ServerOptions::gpu_wait,
                              "how a batch's thread waits for the GPU: spin (lowest latency, a "
                              "core busy per batch in flight), block (sleeps until the driver "
-                             "wakes it), auto (spins only while no other request is queued)"));
+                             "wakes it), auto (spins only when no other request was queued "
+                             "as its batch closed)"));
   flags.push_back(Int64Flag("idle_spin_us", &ServerOptions::idle_spin_us,
                             "how long one idle batch worker polls for new requests before it "
                             "sleeps: lower latency at low load on a host with idle cores, for up "

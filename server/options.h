@@ -47,7 +47,8 @@ struct ServerOptions {
   // (GpuWait, gpu_backend.h).
   std::string gpu_wait = "auto";
   // Threads that send a batch's replies beside the thread that ran it
-  // (-1: a quarter of the cores, 2 to 8; 0: that thread sends them all).
+  // (-1: a quarter of the cores, 2 to 8; 0: that thread sends them all;
+  // at most 256).
   int64_t reply_threads = -1;
 
   // Memory bounds.

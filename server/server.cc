@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -41,6 +42,13 @@ namespace normsvc::server {
 namespace {
 
 constexpr char kServiceName[] = "normsvc.v1.Normalizer";
+
+// Requests one batch may hold: every queued one, at most one per row, and
+// at most 65,536 (each slot keeps room for that many segment table
+// entries, 128 bytes each, in pinned and device memory).
+int64_t MaxBatchTasks(const ServerOptions& options) {
+  return std::min({options.max_queue_size, options.max_batch_rows, int64_t{65536}});
+}
 
 // Opens and closes a TCP connection to 127.0.0.1:`port`; errors are ignored.
 void ConnectAndClose(int port) {
@@ -180,7 +188,7 @@ absl::Status Server::CreateExecutors() {
       gpu.wait = options_.gpu_wait == "spin"    ? GpuWait::kSpin
                  : options_.gpu_wait == "block" ? GpuWait::kBlock
                                                 : GpuWait::kAuto;
-      gpu.max_batch_tasks = std::min(options_.max_queue_size, options_.max_batch_rows);
+      gpu.max_batch_tasks = MaxBatchTasks(options_);
       absl::StatusOr<std::unique_ptr<Executor>> executor = CreateGpuExecutor(gpu);
       if (!executor.ok()) return executor.status();
       executors.push_back(*std::move(executor));
@@ -212,7 +220,7 @@ absl::Status Server::CreateExecutors() {
   BatcherOptions batching;
   batching.max_batch_rows = options_.max_batch_rows;
   batching.max_batch_bytes = options_.max_batch_bytes;
-  batching.max_batch_tasks = std::min(options_.max_queue_size, options_.max_batch_rows);
+  batching.max_batch_tasks = MaxBatchTasks(options_);
   batching.max_queue_delay = absl::Microseconds(options_.max_queue_delay_us);
   batching.max_queue_size = options_.max_queue_size;
   batching.idle_spin = absl::Microseconds(options_.idle_spin_us);

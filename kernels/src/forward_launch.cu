@@ -352,6 +352,7 @@ Status WriteForwardTable(const ForwardSegment* segments, int count, void* device
   if (host_table == nullptr || table_bytes == nullptr) {
     return detail::InvalidArgument("host_table and table_bytes must not be null");
   }
+  *table_bytes = 0;
   PreparedForward prepared;
   if (Status st = PrepareForward(segments, count, device_workspace, workspace_bytes,
                                  static_cast<unsigned char*>(host_table), &prepared);

@@ -199,11 +199,15 @@ TEST_F(BatcherTest, BackwardTasksRunAlone) {
   Schedule(*batcher, MakeTask(4, TaskKind::kBackward));
   Schedule(*batcher, MakeTask(5));
   std::vector<std::vector<int64_t>> batches;
+  std::vector<bool> more_queued;
   while (std::optional<Batch> batch = batcher->TryTakeBatch()) {
     batches.push_back(RowsOf(*batch));
+    more_queued.push_back(batch->more_queued);
     for (auto& task : batch->tasks) batcher->Finish(std::move(task), absl::OkStatus());
   }
   EXPECT_EQ(batches, (std::vector<std::vector<int64_t>>{{1, 2}, {3}, {4}, {5}}));
+  // Whether requests still waited as each batch closed, backward ones too.
+  EXPECT_EQ(more_queued, (std::vector<bool>{true, true, true, false}));
 }
 
 TEST_F(BatcherTest, TaskWhoseDeadlinePassesWhileQueuedLeavesBeforeLaunch) {

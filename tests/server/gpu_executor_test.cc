@@ -1,5 +1,7 @@
 // The GPU executor on its own: batches of mixed requests against the
-// oracle, row-chunked requests larger than the staging buffer, registered
+// oracle, a full batch of one configuration (its segment table in the
+// inputs' copy; spinning and sleeping waits), row-chunked requests larger
+// than the staging buffer, registered
 // parameters in device memory, two slots at once, and an injected CUDA
 // error that fails one batch while the executor keeps serving. Skips, with
 // the reason, where no GPU is visible.
@@ -115,6 +117,28 @@ TEST_F(GpuExecutorTest, MixedForwardBatchMatchesTheOracle) {
   ASSERT_TRUE(result.kernel_seconds && result.h2d_seconds && result.d2h_seconds);
   EXPECT_GT(*result.kernel_seconds, 0);
   EXPECT_EQ(result.kernel_bytes, p.batch.input_bytes + p.batch.output_bytes);
+}
+
+// max_batch_tasks requests of one configuration: one launch through the
+// segment table, which travels in the inputs' copy. First with the queue
+// empty behind the batch (the thread spins on the GPU), then with requests
+// queued (it sleeps on the end event).
+TEST_F(GpuExecutorTest, ManyTasksOfOnePlanShareOneLaunchAndOneCopy) {
+  std::mt19937_64 rng(TestSeed() + 45);
+  for (bool more_queued : {false, true}) {
+    SCOPED_TRACE(more_queued);
+    Prepared p;
+    for (int i = 0; i < 256; ++i) {
+      ForwardCase c;
+      c.dtype = DType::kBF16;
+      c.shape = {1 + i % 2, 1024};
+      c.inline_gamma = true;
+      Add(p, MakeForwardRequest(rng, c, i));
+    }
+    p.batch.more_queued = more_queued;
+    ASSERT_LE(p.batch.staging_bytes, executor_->max_batch_staging_bytes());  // one round
+    ExpectAllCorrect(p, executor_->Run(p.batch, more_queued ? 1 : 0));
+  }
 }
 
 TEST_F(GpuExecutorTest, RequestsLargerThanTheStagingBufferRunInRowChunks) {

@@ -48,18 +48,21 @@ TEST(OptionsTest, DefaultsAreTheDocumentedOnes) {
 }
 
 TEST(OptionsTest, EnvironmentSetsFlagsAndTheCommandLineWins) {
-  absl::StatusOr<CommandLine> parsed =
-      ParseCommandLine({"--max_batch_rows=512", "--devices", "0,2", "--backend=cpu"},
-                       Env({{"NORMSVC_MAX_BATCH_ROWS", "64"},
-                            {"NORMSVC_MAX_QUEUE_DELAY_US", "250"},
-                            {"NORMSVC_METRICS_ADDRESS", ""},
-                            {"NORMSVC_BACKEND", "cuda"}}));
+  absl::StatusOr<CommandLine> parsed = ParseCommandLine(
+      {"--max_batch_rows=512", "--devices", "0,2", "--backend=cpu", "--reply_threads=0"},
+      Env({{"NORMSVC_MAX_BATCH_ROWS", "64"},
+           {"NORMSVC_GPU_WAIT", "block"},
+           {"NORMSVC_MAX_QUEUE_DELAY_US", "250"},
+           {"NORMSVC_METRICS_ADDRESS", ""},
+           {"NORMSVC_BACKEND", "cuda"}}));
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->options.max_batch_rows, 512);      // flag over env
   EXPECT_EQ(parsed->options.max_queue_delay_us, 250);  // env
   EXPECT_EQ(parsed->options.metrics_address, "");      // env may switch metrics off
   EXPECT_EQ(parsed->options.backend, Backend::kCpu);
   EXPECT_EQ(parsed->options.devices, (std::vector<int>{0, 2}));
+  EXPECT_EQ(parsed->options.gpu_wait, "block");
+  EXPECT_EQ(parsed->options.reply_threads, 0);
 }
 
 TEST(OptionsTest, HelpListsEveryFlagWithItsEnvironmentVariableAndDefault) {
