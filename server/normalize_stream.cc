@@ -229,7 +229,12 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
       }
       DecideFinishLocked(&actions);
     }
-    Run(actions);
+    // This runs on a batch thread, outside gRPC's reactions: once the lock
+    // is released, another item's Complete may finish the stream and gRPC
+    // may delete this object. With a write to start the stream cannot finish
+    // (writing_ is set), and the one that decided Finish owns the call until
+    // it has issued it; with nothing to issue, `this` is not touched again.
+    if (actions.write != nullptr || actions.finish) Run(actions);
   }
 
   ServiceContext& service_;
