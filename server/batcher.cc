@@ -1,20 +1,9 @@
 #include "server/batcher.h"
 
 #include "absl/strings/str_cat.h"
+#include "server/spin_pause.h"
 
 namespace normsvc::server {
-namespace {
-
-// A polite busy-wait step: lets the sibling hyperthread run.
-inline void SpinPause() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
-}  // namespace
 
 Batcher::Batcher(BatcherOptions options, MemoryBudget* budget, const DeviceMetrics& metrics,
                  const RejectionMetrics& rejections, Clock clock)
@@ -129,12 +118,8 @@ std::optional<Batch> Batcher::TakeLocked(absl::Time now, std::vector<Dropped>* d
     batch.tasks.push_back(std::move(task));
   };
   add(PopLocked());
-  if (batch.is_backward()) {
-    batch.closed_at = now;
-    batch.more_queued = !queue_.empty();
-    return batch;
-  }
-  while (true) {
+  // A backward task runs alone; forward tasks join while the limits allow.
+  while (!batch.is_backward()) {
     PruneHeadLocked(now, dropped);
     if (queue_.empty()) break;
     const Task& next = *queue_.front();

@@ -8,6 +8,7 @@
 #include "normsvc/kernels/gpu.h"
 #include "server/log.h"
 #include "server/parameter_store.h"
+#include "server/spin_pause.h"
 
 namespace normsvc::server {
 namespace {
@@ -192,11 +193,7 @@ absl::Status GpuExecutor::EnsureBackwardWorkspace(Slot& slot, std::size_t bytes)
 cudaError_t GpuExecutor::WaitForRound(const Slot& slot) {
   if (slot.block) return cudaEventSynchronize(slot.d2h);
   cudaError_t state;
-  while ((state = cudaEventQuery(slot.d2h)) == cudaErrorNotReady) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  }
+  while ((state = cudaEventQuery(slot.d2h)) == cudaErrorNotReady) SpinPause();
   return state;
 }
 
