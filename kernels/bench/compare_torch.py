@@ -163,6 +163,9 @@ def main():
         if r["kind"].startswith("multi_segment"):
             print(f"{r['kind']}: 1000 one-row segments {r['micros']:.2f} us, one 1000x4096 tensor "
                   f"{r['copy_micros']:.2f} us, ratio {r['micros'] / r['copy_micros']:.2f} (target <= 2)")
+        if r["kind"] == "segment_table_parts":
+            print(f"{r['kind']}: the 1000-segment kernel alone {r['micros']:.2f} us, "
+                  f"its table upload alone {r['copy_micros']:.2f} us (diagnostic)")
     print(f"torch: 1000 one-row layer_norms from a graph {many:.1f} us, one 1000-row launch {one:.2f} us")
     with open(args.out, "w") as f:
         json.dump(data, f, indent=1)

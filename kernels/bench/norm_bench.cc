@@ -3,6 +3,9 @@
 //
 //   norm_bench [--json PATH] [--iterations N] [--quick] [--forward-only]
 //              [--backward-only] [--hidden H] [--dtype bf16|fp32]
+//              [--tuning none|ring|prefetch|ring,prefetch]
+// --tuning switches on forward changes not yet measured
+// (kernels/src/forward_tuning.h); the JSON records which.
 // --backward-only, --hidden and --dtype narrow the large shapes to the cases
 // named (for profiling one kernel); the small-batch and multi-segment cases
 // run only when neither --hidden nor --backward-only is given.
@@ -15,6 +18,7 @@
 // CUDA graph replay.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include "bench_timing.h"
+#include "forward_tuning.h"
 #include "launch_plan.h"
 #include "normsvc/kernels/gpu.h"
 
@@ -237,14 +242,81 @@ Record MultiSegment(const Pool& pool, cudaStream_t stream, bool graph) {
   return r;
 }
 
+// Where the multi-segment time goes, from graph replay: `micros` is the
+// kernel of the 1,000-segment launch alone (its table uploaded beforehand),
+// `copy_micros` the upload of that table alone.
+Record SegmentTableParts(const Pool& pool, cudaStream_t stream) {
+  const int64_t hidden = 4096, count = 1000;
+  Record r{"segment_table_parts", "layer_norm", "bf16", "kernel vs table upload", count, hidden};
+  r.bytes = static_cast<double>(count * hidden * 2 * 2);
+  const std::size_t workspace_bytes = kernels::ForwardWorkspaceBytes(count);
+  void* workspace = DeviceArray(workspace_bytes);
+  void* staging = nullptr;
+  Check(cudaMallocHost(&staging, workspace_bytes), "cudaMallocHost");
+  std::vector<ForwardSegment> segments;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t row = (i * 7919) % count;
+    segments.push_back(Segment(NormOp::kLayerNorm, DType::kBF16, 1, hidden,
+                               static_cast<const char*>(pool.x[0]) + row * hidden * 2,
+                               static_cast<char*>(pool.out[0]) + row * hidden * 2, pool));
+  }
+  std::size_t table_bytes = 0;
+  CheckStatus(kernels::WriteForwardTable(segments.data(), count, workspace, workspace_bytes,
+                                         staging, &table_bytes),
+              "segment table");
+  Check(cudaMemcpy(workspace, staging, table_bytes, cudaMemcpyHostToDevice), "table upload");
+  r.micros = GraphMicrosPerCall(1, 50, stream, [&](int) {
+    CheckStatus(kernels::LaunchForwardWithUploadedTable(segments.data(), count, workspace,
+                                                        workspace_bytes, stream),
+                "multi-segment kernel");
+  });
+  r.copy_micros = GraphMicrosPerCall(1, 50, stream, [&](int) {
+    Check(cudaMemcpyAsync(workspace, staging, table_bytes, cudaMemcpyHostToDevice, stream),
+          "table upload");
+  });
+  Check(cudaStreamSynchronize(stream), "synchronize");
+  cudaFreeHost(staging);
+  cudaFree(workspace);
+  return r;
+}
+
+// "ring,prefetch" and the like; false for an unknown name.
+bool ParseTuning(const std::string& list, kernels::detail::ForwardTuning* tuning) {
+  *tuning = kernels::detail::ForwardTuning{};
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t end = std::min(list.find(',', start), list.size());
+    const std::string name = list.substr(start, end - start);
+    if (name == "ring") {
+      tuning->ring = true;
+    } else if (name == "prefetch") {
+      tuning->prefetch_params = true;
+    } else if (name != "none") {
+      return false;
+    }
+    start = end + 1;
+  }
+  return true;
+}
+
+std::string TuningName(const kernels::detail::ForwardTuning& t) {
+  if (t.ring && t.prefetch_params) return "ring,prefetch";
+  if (t.ring) return "ring";
+  if (t.prefetch_params) return "prefetch";
+  return "none";
+}
+
 void WriteJson(const char* path, const std::vector<Record>& records, const cudaDeviceProp& prop) {
   FILE* f = std::fopen(path, "w");
   if (f == nullptr) {
     std::perror(path);
     return;
   }
-  std::fprintf(f, "{\"device\": \"%s\", \"sm_count\": %d, \"l2_bytes\": %d, \"records\": [\n",
-               prop.name, prop.multiProcessorCount, prop.l2CacheSize);
+  std::fprintf(f,
+               "{\"device\": \"%s\", \"sm_count\": %d, \"l2_bytes\": %d, \"tuning\": \"%s\", "
+               "\"records\": [\n",
+               prop.name, prop.multiProcessorCount, prop.l2CacheSize,
+               TuningName(kernels::detail::GetForwardTuning()).c_str());
   for (std::size_t i = 0; i < records.size(); ++i) {
     const Record& r = records[i];
     std::fprintf(f,
@@ -266,6 +338,7 @@ void WriteJson(const char* path, const std::vector<Record>& records, const cudaD
 
 int main(int argc, char** argv) {
   using namespace normsvc::bench;
+  using normsvc::kernels::detail::GetForwardTuning;
   const char* json = nullptr;
   int iterations = 30;
   bool quick = false;
@@ -288,17 +361,25 @@ int main(int argc, char** argv) {
       only_hidden = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc)
       only_dtype = argv[++i];
-    else {
+    else if (!std::strcmp(argv[i], "--tuning") && i + 1 < argc) {
+      normsvc::kernels::detail::ForwardTuning tuning;
+      if (!ParseTuning(argv[++i], &tuning)) {
+        std::fprintf(stderr, "norm_bench: unknown --tuning %s (none, ring, prefetch)\n", argv[i]);
+        return 2;
+      }
+      normsvc::kernels::detail::SetForwardTuning(tuning);
+    } else {
       std::fprintf(stderr,
                    "usage: norm_bench [--json PATH] [--iterations N] [--quick] [--forward-only]\n"
-                   "                  [--backward-only] [--hidden H] [--dtype bf16|fp32]\n");
+                   "                  [--backward-only] [--hidden H] [--dtype bf16|fp32]\n"
+                   "                  [--tuning none|ring|prefetch|ring,prefetch]\n");
       return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }
   }
   cudaDeviceProp prop;
   Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
-              prop.l2CacheSize >> 20);
+  std::printf("device: %s, %d SMs, L2 %d MB, tuning %s\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20, TuningName(GetForwardTuning()).c_str());
   cudaStream_t stream;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   std::vector<Record> records;
@@ -324,6 +405,7 @@ int main(int argc, char** argv) {
       for (int64_t h : {64, 1024}) records.push_back(SmallBatch(1, h, pool, stream));
       records.push_back(MultiSegment(pool, stream, false));
       records.push_back(MultiSegment(pool, stream, true));
+      records.push_back(SegmentTableParts(pool, stream));
     }
   }
   std::printf("%-22s %-10s %-5s %6s %6s %-26s %9s %8s %9s %8s %6s\n", "kind", "op", "dtype", "rows",

@@ -4,6 +4,7 @@
 
 #include "forward_kernel.cuh"
 #include "forward_lean_kernel.cuh"
+#include "forward_ring_kernel.cuh"
 #include "forward_staged_kernel.cuh"
 #include "kernel_registry.h"
 
@@ -57,6 +58,17 @@ template <typename T, typename P>
 ForwardKernel StagedForwardKernelFor(const KernelPlan& plan) {
   if (plan.layout == Layout::kStrided && plan.slots == kStagedSlots && plan.cluster == 1) {
     return ForwardStagedKernel<T, P>;
+  }
+  return nullptr;
+}
+
+// The ring kernel (see UsesRingForward in kernel_registry.h), with
+// gamma/beta in dtype P.
+template <typename T, typename P>
+ForwardKernel RingForwardKernelFor(const KernelPlan& plan) {
+  constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
+  if (plan.layout == Layout::kVector && plan.width == kVectorWidth && plan.slots == kRingSlots) {
+    return ForwardRingKernel<T, P>;
   }
   return nullptr;
 }

@@ -191,8 +191,7 @@ __device__ __forceinline__ RowRef FetchRow(const ForwardParams& p, const RowSche
   const int64_t row = block_row + team.group;
   RowRef ref;
   ref.active = row < p.total_rows;
-  ref.segment =
-      LocateSegment(p, block_row, ref.active ? row : p.total_rows - 1, iteration & 1, &ref.row);
+  ref.segment = LocateSegment(p, ref.active ? row : p.total_rows - 1, &ref.row);
   const DeviceSegment& s = *ref.segment;
   const int chunks = s.hidden / W;
   const T* x_row = static_cast<const T*>(s.x) + ref.row * s.x_stride;
@@ -295,7 +294,7 @@ __global__ void __launch_bounds__(1024)
   const RowTeam team = MakeTeam(p.shape);
   const int64_t row = blockIdx.x;
   int64_t local_row = 0;
-  const DeviceSegment& s = *LocateSegment(p, row, row, 0, &local_row);
+  const DeviceSegment& s = *LocateSegment(p, row, &local_row);
   const bool layer_norm = s.op == static_cast<uint8_t>(NormOp::kLayerNorm);
   const int threads = team.row_threads;
   const float h = static_cast<float>(s.hidden);

@@ -1,17 +1,21 @@
 // Host side of the forward pass: validation, grouping of segments by launch
 // plan, the segment table upload, one kernel launch per plan.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "forward_ring_kernel.cuh"
 #include "forward_staged_kernel.cuh"
+#include "forward_tuning.h"
 #include "kernel_params.h"
 #include "kernel_registry.h"
 #include "launch_common.h"
 #include "launch_plan.h"
 #include "normsvc/kernels/gpu.h"
 #include "param_cache.cuh"
+#include "segment_index.h"
 
 namespace normsvc::kernels {
 namespace detail {
@@ -44,6 +48,40 @@ ForwardKernel FindStagedForwardKernel(DType x_dtype, const KernelPlan& plan, DTy
   return nullptr;
 }
 
+ForwardKernel FindRingForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype) {
+  switch (x_dtype) {
+    case DType::kF32:
+      return FindRingForwardKernelF32(plan, param_dtype);
+    case DType::kF16:
+      return FindRingForwardKernelF16(plan, param_dtype);
+    case DType::kBF16:
+      return FindRingForwardKernelBF16(plan, param_dtype);
+  }
+  return nullptr;
+}
+
+namespace {
+
+std::atomic<bool> tuning_ring{false};
+std::atomic<bool> tuning_prefetch_params{false};
+std::atomic<int64_t> ring_launches{0};
+
+}  // namespace
+
+ForwardTuning GetForwardTuning() {
+  ForwardTuning t;
+  t.ring = tuning_ring.load(std::memory_order_relaxed);
+  t.prefetch_params = tuning_prefetch_params.load(std::memory_order_relaxed);
+  return t;
+}
+
+void SetForwardTuning(const ForwardTuning& tuning) {
+  tuning_ring.store(tuning.ring, std::memory_order_relaxed);
+  tuning_prefetch_params.store(tuning.prefetch_params, std::memory_order_relaxed);
+}
+
+int64_t RingForwardLaunches() { return ring_launches.load(std::memory_order_relaxed); }
+
 }  // namespace detail
 
 namespace {
@@ -53,7 +91,10 @@ using detail::ForwardParams;
 using detail::KernelPlan;
 using detail::Layout;
 
-constexpr std::size_t kTableEntryBytes = sizeof(DeviceSegment) + sizeof(int64_t);
+// The table image: every segment's DeviceSegment, then every first row,
+// then the row -> segment index (at most one bucket a segment).
+constexpr std::size_t kTableEntryBytes =
+    sizeof(DeviceSegment) + sizeof(int64_t) + sizeof(detail::SegmentBucket);
 
 // Everything that selects a kernel and its launch shape, and the op (rows of
 // one block must take the same reduction steps), packed into one integer;
@@ -140,6 +181,8 @@ Status LaunchPersistent(detail::ForwardKernel kernel, const KernelPlan& plan, st
 Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, bool fast,
                       ForwardParams params, cudaStream_t stream) {
   params.row_groups = (params.total_rows + plan.groups - 1) / plan.groups;
+  const detail::ForwardTuning tuning = detail::GetForwardTuning();
+  params.prefetch_params = tuning.prefetch_params ? 1 : 0;
   if (detail::UsesStagedForward(plan, fast, params.segment_count == 1,
                                 params.single.residual != nullptr)) {
     // Each block keeps kStagedStages row images in its shared memory.
@@ -151,6 +194,22 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
         detail::StagedSharedBytes(params.single.hidden, static_cast<int64_t>(DTypeSize(x_dtype)),
                                   plan.groups),
         params, stream);
+  }
+  if (tuning.ring && detail::UsesRingForward(plan, fast, params.segment_count == 1,
+                                             params.single.residual != nullptr)) {
+    // Only where blocks would loop: for fewer row groups than fit at once the
+    // ring has nothing to overlap, and ForwardLeanKernel (same bits) starts
+    // sooner.
+    const detail::ForwardKernel ring = detail::FindRingForwardKernel(x_dtype, plan, param_dtype);
+    if (ring == nullptr) return Status(Code::kInternal, "no ring forward kernel for this plan");
+    const std::size_t smem = detail::RingSharedBytes(plan.block_threads);
+    const int64_t resident =
+        detail::ResidentBlocks(reinterpret_cast<const void*>(ring), plan.block_threads, smem) /
+        plan.cluster;
+    if (resident > 0 && params.row_groups > resident) {
+      detail::ring_launches.fetch_add(1, std::memory_order_relaxed);
+      return LaunchPersistent(ring, plan, smem, params, stream);
+    }
   }
   const detail::ForwardKernel kernel =
       detail::FindForwardKernel(x_dtype, plan, fast, param_dtype, params.segment_count == 1);
@@ -268,12 +327,17 @@ Status PrepareForward(const ForwardSegment* segments, int count, void* device_wo
   }
   if (needs_table) prepared->table_bytes = n * kTableEntryBytes;
 
+  const std::size_t first_rows_offset = n * sizeof(DeviceSegment);
+  const std::size_t buckets_offset = first_rows_offset + n * sizeof(int64_t);
   auto* table_rows = reinterpret_cast<DeviceSegment*>(host_table);
   auto* first_rows =
-      host_table ? reinterpret_cast<int64_t*>(host_table + n * sizeof(DeviceSegment)) : nullptr;
-  auto* device_rows = static_cast<DeviceSegment*>(device_workspace);
-  auto* device_first_rows = reinterpret_cast<int64_t*>(
-      static_cast<unsigned char*>(device_workspace) + n * sizeof(DeviceSegment));
+      host_table ? reinterpret_cast<int64_t*>(host_table + first_rows_offset) : nullptr;
+  auto* buckets =
+      host_table ? reinterpret_cast<detail::SegmentBucket*>(host_table + buckets_offset) : nullptr;
+  auto* device_base = static_cast<unsigned char*>(device_workspace);
+  auto* device_rows = reinterpret_cast<DeviceSegment*>(device_base);
+  auto* device_first_rows = reinterpret_cast<int64_t*>(device_base + first_rows_offset);
+  auto* device_buckets = reinterpret_cast<detail::SegmentBucket*>(device_base + buckets_offset);
   prepared->launches.reserve(groups.size());
   for (const auto& [start, end] : groups) {
     ForwardParams params = {};
@@ -295,8 +359,15 @@ Status PrepareForward(const ForwardSegment* segments, int count, void* device_wo
     }
     params.total_rows = rows;
     if (end - start > 1) {
+      const int segments_in_group = static_cast<int>(end - start);
       params.table = device_rows + start;
       params.first_rows = device_first_rows + start;
+      params.buckets = device_buckets + start;
+      params.bucket_shift = detail::SegmentBucketShift(rows, segments_in_group);
+      if (host_table != nullptr) {
+        detail::FillSegmentBuckets(first_rows + start, segments_in_group, rows, params.bucket_shift,
+                                   buckets + start);
+      }
     }
     prepared->launches.push_back(
         {entries[start].index, entries[start].plan, entries[start].fast, params});

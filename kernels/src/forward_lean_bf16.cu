@@ -14,4 +14,9 @@ ForwardKernel FindStagedForwardKernelBF16(const KernelPlan& plan, DType param_dt
                                     : StagedForwardKernelFor<__nv_bfloat16, __nv_bfloat16>(plan);
 }
 
+ForwardKernel FindRingForwardKernelBF16(const KernelPlan& plan, DType param_dtype) {
+  return param_dtype == DType::kF32 ? RingForwardKernelFor<__nv_bfloat16, float>(plan)
+                                    : RingForwardKernelFor<__nv_bfloat16, __nv_bfloat16>(plan);
+}
+
 }  // namespace normsvc::kernels::detail

@@ -13,4 +13,9 @@ ForwardKernel FindStagedForwardKernelF16(const KernelPlan& plan, DType param_dty
                                     : StagedForwardKernelFor<__half, __half>(plan);
 }
 
+ForwardKernel FindRingForwardKernelF16(const KernelPlan& plan, DType param_dtype) {
+  return param_dtype == DType::kF32 ? RingForwardKernelFor<__half, float>(plan)
+                                    : RingForwardKernelFor<__half, __half>(plan);
+}
+
 }  // namespace normsvc::kernels::detail

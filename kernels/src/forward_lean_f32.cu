@@ -11,4 +11,8 @@ ForwardKernel FindStagedForwardKernelF32(const KernelPlan& plan, DType param_dty
   return param_dtype == DType::kF32 ? StagedForwardKernelFor<float, float>(plan) : nullptr;
 }
 
+ForwardKernel FindRingForwardKernelF32(const KernelPlan& plan, DType param_dtype) {
+  return param_dtype == DType::kF32 ? RingForwardKernelFor<float, float>(plan) : nullptr;
+}
+
 }  // namespace normsvc::kernels::detail

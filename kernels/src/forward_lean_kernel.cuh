@@ -13,7 +13,9 @@
 // latency of the loads and of the row reductions (the profile in
 // BENCHMARKS.md). Here a block takes one row group at a time from a grid
 // sized to the rows, holds only the current rows, reads gamma/beta through
-// the read-only cache after the statistics, and is compiled for at most 64
+// the read-only cache after the statistics (with ForwardTuning's
+// prefetch_params, their L1 lines are asked for before them, holding no
+// registers), and is compiled for at most 64
 // registers (2 blocks of 512 or 4 of 256 threads per SM), so the hardware
 // overlaps the loads of one block with the arithmetic and reductions of
 // others. The op and the single-segment case are decided once per launch;
@@ -77,6 +79,22 @@ __device__ __forceinline__ void WriteLeanRow(const DeviceSegment& s, T* out,
   }
 }
 
+// One L1 prefetch per chunk of this thread's gamma (and beta) columns.
+template <typename P, int V, int W, bool kLayerNorm>
+__device__ __forceinline__ void PrefetchParamChunks(const DeviceSegment& s, const RowTeam& team,
+                                                    int chunks) {
+  const P* gamma = static_cast<const P*>(s.gamma);
+  const P* beta = kLayerNorm ? static_cast<const P*>(s.beta) : nullptr;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int chunk = k * team.row_threads + team.rank;
+    if (chunk >= chunks) continue;
+    const int64_t index = static_cast<int64_t>(chunk) * W;
+    if (gamma != nullptr) PrefetchL1(gamma + index);
+    if (beta != nullptr) PrefetchL1(beta + index);
+  }
+}
+
 // Calls write(gamma, beta) with the presence of the segment's gamma and beta
 // as compile-time constants (std::true_type / std::false_type), decided once
 // per row: the output loops are specialized for each of the four cases.
@@ -95,6 +113,23 @@ __device__ __forceinline__ void WithAffine(const DeviceSegment& s, Write&& write
   }
 }
 
+// Row `r` of segment `s` from its chunks in registers and its statistics:
+// the output (affine specialized per segment) and the saved mean/rstd.
+template <typename T, typename P, int V, int W, bool kLayerNorm>
+__device__ __forceinline__ void FinishLeanRow(const DeviceSegment& s, int64_t r,
+                                              const Pack<T, W> (&v)[V], const RowStats& stats,
+                                              const RowTeam& team, int chunks) {
+  T* out = static_cast<T*>(s.out) + r * s.out_stride;
+  WithAffine<kLayerNorm>(s, [&](auto gamma, auto beta) {
+    WriteLeanRow<T, P, V, W, kLayerNorm, decltype(gamma)::value, decltype(beta)::value>(
+        s, out, v, stats, team, chunks);
+  });
+  if (team.rank == 0) {
+    if (s.mean != nullptr) s.mean[r] = stats.mean_hi + stats.mean_lo;
+    if (s.rstd != nullptr) s.rstd[r] = stats.rstd;
+  }
+}
+
 template <typename T, typename P, int V, int W, bool kLayerNorm, bool kSingle>
 __device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& scratch) {
   const RowTeam team = MakeTeam(p.shape);
@@ -106,7 +141,7 @@ __device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& 
     int64_t r = row;  // the row within its segment
     const DeviceSegment* segment = &p.single;
     if constexpr (!kSingle) {
-      segment = LocateSegment(p, block_row, active ? row : p.total_rows - 1, it & 1, &r);
+      segment = LocateSegment(p, active ? row : p.total_rows - 1, &r);
     }
     const DeviceSegment& s = *segment;
     const int chunks = s.hidden / W;
@@ -139,19 +174,16 @@ __device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& 
         }
       }
     }
+    if constexpr (W > 1) {
+      // gamma/beta are read after the statistics; their lines are asked for
+      // now so that the reductions hide their latency instead of adding it
+      // to the row's.
+      if (active && p.prefetch_params) PrefetchParamChunks<P, V, W, kLayerNorm>(s, team, chunks);
+    }
     // Every thread of the block reaches the reductions, active row or not.
     const RowStats stats = RowStatistics<T, V, W>(v, chunks, s.hidden, s.epsilon, kLayerNorm, team,
                                                   scratch, (it & 1) * 2);
-    if (!active) continue;
-    T* out = static_cast<T*>(s.out) + r * s.out_stride;
-    WithAffine<kLayerNorm>(s, [&](auto gamma, auto beta) {
-      WriteLeanRow<T, P, V, W, kLayerNorm, decltype(gamma)::value, decltype(beta)::value>(
-          s, out, v, stats, team, chunks);
-    });
-    if (team.rank == 0) {
-      if (s.mean != nullptr) s.mean[r] = stats.mean_hi + stats.mean_lo;
-      if (s.rstd != nullptr) s.rstd[r] = stats.rstd;
-    }
+    if (active) FinishLeanRow<T, P, V, W, kLayerNorm>(s, r, v, stats, team, chunks);
   }
 }
 

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "segment_index.h"
+
 namespace normsvc::kernels::detail {
 
 // One forward segment as the kernels see it. Strides are in elements.
@@ -39,12 +41,18 @@ struct RowShape {
 };
 
 struct ForwardParams {
-  // Segments sorted by first_row, and that column alone (for the search).
-  // When segment_count == 1 the table is not read: `single` holds it.
+  // Segments sorted by first_row, that column alone, and the row -> segment
+  // index over it (segment_index.h: buckets of 2^bucket_shift rows). When
+  // segment_count == 1 none of them is read: `single` holds the segment.
   const DeviceSegment* table;
   const int64_t* first_rows;
+  const SegmentBucket* buckets;
   int32_t segment_count;
+  int32_t bucket_shift;
   uint8_t op;  // NormOp of every segment (segments of one launch share it)
+  // 1: the specialized kernel asks for gamma/beta's L1 lines before the row
+  // statistics (ForwardTuning::prefetch_params); never changes a value.
+  uint8_t prefetch_params;
   RowShape shape;
   int64_t total_rows;
   // ceil(total_rows / shape.groups): the row groups (a block's or a

@@ -32,6 +32,17 @@ inline bool UsesStagedForward(const KernelPlan& plan, bool fast, bool single_seg
          plan.slots == 16 && plan.cluster == 1;
 }
 
+// Whether a one-segment launch of the specialized kernel's vector layout with
+// four chunks a thread may take ForwardRingKernel instead (x staged through
+// a shared-memory ring; same bits). With ForwardTuning::ring on, the launcher
+// takes it when the launch has more row groups than fit on the device at
+// once; the segment must have no residual.
+inline bool UsesRingForward(const KernelPlan& plan, bool fast, bool single_segment,
+                            bool has_residual) {
+  return fast && single_segment && !has_residual && plan.layout == Layout::kVector &&
+         plan.slots == 4;
+}
+
 // Null when no instantiation matches the plan (a planning bug: the launcher
 // reports kInternal). `fast`: the specialized kernel, gamma/beta in
 // `param_dtype`; otherwise the general one.
@@ -43,6 +54,7 @@ ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, bool fast
 BackwardKernel FindBackwardKernel(DType x_dtype, const KernelPlan& plan, int64_t hidden, NormOp op,
                                   bool saved_stats, bool aligned);
 ForwardKernel FindStagedForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype);
+ForwardKernel FindRingForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype);
 
 ForwardKernel FindForwardKernelF32(const KernelPlan& plan);
 ForwardKernel FindForwardKernelF16(const KernelPlan& plan);
@@ -53,6 +65,9 @@ ForwardKernel FindLeanForwardKernelBF16(const KernelPlan& plan, DType param_dtyp
 ForwardKernel FindStagedForwardKernelF32(const KernelPlan& plan, DType param_dtype);
 ForwardKernel FindStagedForwardKernelF16(const KernelPlan& plan, DType param_dtype);
 ForwardKernel FindStagedForwardKernelBF16(const KernelPlan& plan, DType param_dtype);
+ForwardKernel FindRingForwardKernelF32(const KernelPlan& plan, DType param_dtype);
+ForwardKernel FindRingForwardKernelF16(const KernelPlan& plan, DType param_dtype);
+ForwardKernel FindRingForwardKernelBF16(const KernelPlan& plan, DType param_dtype);
 BackwardKernel FindBackwardKernelF32(const KernelPlan& plan, int64_t hidden, NormOp op,
                                      bool saved_stats, bool aligned);
 BackwardKernel FindBackwardKernelF16(const KernelPlan& plan, int64_t hidden, NormOp op,

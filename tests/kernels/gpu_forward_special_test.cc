@@ -3,6 +3,8 @@
 // under multi-segment launches, and the launchers' argument checks.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -10,7 +12,9 @@
 
 #include "gpu_forward_case.h"
 #include "gpu_test_support.h"
+#include "kernel_params.h"
 #include "normsvc/kernels/gpu.h"
+#include "segment_index.h"
 
 namespace normsvc::kernels::testing {
 namespace {
@@ -196,6 +200,70 @@ TEST(ForwardBatchInvariance, ThousandOneRowSegmentsMatchOneTensor) {
     ASSERT_TRUE(st.ok()) << st.message();
     EXPECT_EQ(c.OutputBytes(), whole) << DTypeName(dtype);
   }
+}
+
+// The table image WriteForwardTable writes (DeviceSegment entries, their
+// first rows, the row -> segment index; kernels/src/forward_launch.cu): in
+// every plan group, the index finds for each row the entry of the segment
+// that holds it. Host only: runs without a GPU too.
+TEST(ForwardTable, IndexFindsEveryRowOfEveryGroup) {
+  std::mt19937_64 rng = SeededRng("forward table");
+  std::vector<ForwardSegment> segments;
+  std::map<uintptr_t, int64_t> rows_of;  // by x pointer (unique per segment)
+  for (int i = 0; i < 700; ++i) {
+    ForwardSegment s;
+    s.hidden = i % 3 == 0 ? 1024 : 4096;  // two plans, interleaved
+    s.x_dtype = s.out_dtype = s.param_dtype = DType::kBF16;
+    s.rows = i % 50 == 7 ? 5000 : 1 + static_cast<int64_t>(rng() % 20);
+    s.x_row_stride = s.out_row_stride = s.hidden;
+    s.x = reinterpret_cast<const void*>(uintptr_t{1} << 32 | static_cast<uintptr_t>(i) << 12);
+    s.out = reinterpret_cast<void*>(uintptr_t{1} << 40 | static_cast<uintptr_t>(i) << 12);
+    rows_of[reinterpret_cast<uintptr_t>(s.x)] = s.rows;
+    segments.push_back(s);
+  }
+  const int n = static_cast<int>(segments.size());
+  const std::size_t workspace_bytes = ForwardWorkspaceBytes(n);
+  std::vector<unsigned char> image(workspace_bytes, 0xA5);
+  std::size_t table_bytes = 0;
+  ASSERT_TRUE(WriteForwardTable(segments.data(), n, reinterpret_cast<void*>(uintptr_t{1} << 44),
+                                workspace_bytes, image.data(), &table_bytes)
+                  .ok());
+  ASSERT_GT(table_bytes, 0u);
+  ASSERT_LE(table_bytes, workspace_bytes);
+  std::vector<detail::DeviceSegment> entries(n);
+  std::vector<int64_t> first_rows(n);
+  std::vector<detail::SegmentBucket> buckets(n);
+  std::memcpy(entries.data(), image.data(), n * sizeof(detail::DeviceSegment));
+  std::memcpy(first_rows.data(), image.data() + n * sizeof(detail::DeviceSegment),
+              n * sizeof(int64_t));
+  std::memcpy(buckets.data(), image.data() + n * (sizeof(detail::DeviceSegment) + sizeof(int64_t)),
+              n * sizeof(detail::SegmentBucket));
+  // Groups: maximal runs of entries with one hidden size, rows counted from 0.
+  int groups = 0;
+  for (int start = 0; start < n;) {
+    int end = start + 1;
+    while (end < n && entries[end].hidden == entries[start].hidden) ++end;
+    ++groups;
+    int64_t rows = 0;
+    for (int e = start; e < end; ++e) {
+      ASSERT_EQ(first_rows[e], rows) << "entry " << e;
+      ASSERT_EQ(entries[e].first_row, rows) << "entry " << e;
+      rows += rows_of.at(reinterpret_cast<uintptr_t>(entries[e].x));
+    }
+    const int shift = detail::SegmentBucketShift(rows, end - start);
+    for (int e = start; e < end; ++e) {
+      const int64_t last = first_rows[e] + rows_of.at(reinterpret_cast<uintptr_t>(entries[e].x));
+      for (int64_t row = first_rows[e]; row < last; ++row) {
+        ASSERT_EQ(
+            detail::FindSegment(first_rows.data() + start, buckets.data() + start, shift, row) +
+                start,
+            e)
+            << "row " << row << " of group " << groups;
+      }
+    }
+    start = end;
+  }
+  EXPECT_EQ(groups, 2);
 }
 
 // Argument checks happen before any CUDA call: these run without a GPU too.
