@@ -10,14 +10,9 @@
 
 #include "absl/status/statusor.h"
 #include "server/executor.h"
+#include "server/options.h"
 
 namespace normsvc::server {
-
-// How a batch's thread waits for the device: spinning (lowest latency, one
-// core busy while the batch runs), sleeping until the driver wakes it
-// (the core is free for other work), or spinning only when no other
-// request was queued as the batch closed (kAuto, Batch::more_queued).
-enum class GpuWait { kAuto, kSpin, kBlock };
 
 struct GpuExecutorOptions {
   int device = 0;                              // CUDA device index

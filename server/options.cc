@@ -65,6 +65,20 @@ absl::Status ParseBackend(const std::string& value, Backend* backend) {
   return absl::OkStatus();
 }
 
+absl::Status ParseGpuWait(const std::string& value, GpuWait* wait) {
+  if (value == "auto") {
+    *wait = GpuWait::kAuto;
+  } else if (value == "spin") {
+    *wait = GpuWait::kSpin;
+  } else if (value == "block") {
+    *wait = GpuWait::kBlock;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu_wait: '", value, "' is not one of auto, spin, block"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseDevices(const std::string& value, std::vector<int>* devices) {
   devices->clear();
   if (value == "all" || value.empty()) return absl::OkStatus();
@@ -122,11 +136,13 @@ std::vector<FlagSpec> Flags() {
       "reply_threads", &ServerOptions::reply_threads,
       "threads that send a batch's replies beside the thread that ran it "
       "(-1: a quarter of the cores, 2 to 8; 0: that thread sends them all; at most 256)"));
-  flags.push_back(StringFlag("gpu_wait", &ServerOptions::gpu_wait,
-                             "how a batch's thread waits for the GPU: spin (lowest latency, a "
-                             "core busy per batch in flight), block (sleeps until the driver "
-                             "wakes it), auto (spins only when no other request was queued "
-                             "as its batch closed)"));
+  flags.push_back(
+      {"gpu_wait",
+       "how a batch's thread waits for the GPU: spin (lowest latency, a core busy "
+       "per batch in flight), block (sleeps until the driver wakes it), auto (spins "
+       "only when no other request was queued as its batch closed)",
+       [](const std::string& v, ServerOptions* o) { return ParseGpuWait(v, &o->gpu_wait); },
+       [](const ServerOptions& o) { return std::string(GpuWaitName(o.gpu_wait)); }});
   flags.push_back(Int64Flag("idle_spin_us", &ServerOptions::idle_spin_us,
                             "how long one idle batch worker polls for new requests before it "
                             "sleeps: lower latency at low load on a host with idle cores, for up "
@@ -205,6 +221,18 @@ std::string HelpText(const std::vector<FlagSpec>& flags) {
 
 }  // namespace
 
+const char* GpuWaitName(GpuWait wait) {
+  switch (wait) {
+    case GpuWait::kAuto:
+      return "auto";
+    case GpuWait::kSpin:
+      return "spin";
+    case GpuWait::kBlock:
+      return "block";
+  }
+  return "auto";
+}
+
 const char* BackendName(Backend backend) {
   switch (backend) {
     case Backend::kAuto:
@@ -251,10 +279,6 @@ absl::Status ValidateOptions(const ServerOptions& o) {
            at_least("drain_grace_ms", o.drain_grace_ms, 0),
        }) {
     if (!status.ok()) return status;
-  }
-  if (o.gpu_wait != "auto" && o.gpu_wait != "spin" && o.gpu_wait != "block") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--gpu_wait: '", o.gpu_wait, "' is not one of auto, spin, block"));
   }
   if (o.reply_threads > 256) {
     return absl::InvalidArgumentError(

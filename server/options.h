@@ -16,6 +16,12 @@ namespace normsvc::server {
 
 enum class Backend { kAuto, kCuda, kCpu };
 
+// How a batch's thread waits for the device: spinning (lowest latency, one
+// core busy while the batch runs), sleeping until the driver wakes it
+// (the core is free for other work), or spinning only when no other
+// request was queued as the batch closed (kAuto, Batch::more_queued).
+enum class GpuWait { kAuto, kSpin, kBlock };
+
 struct ServerOptions {
   std::string grpc_address = "0.0.0.0:50051";
   std::string metrics_address = "0.0.0.0:9464";  // empty: no metrics endpoint
@@ -43,9 +49,7 @@ struct ServerOptions {
   int64_t max_queue_size = 4096;
   int batches_in_flight = 2;
   int64_t idle_spin_us = 0;  // one idle worker polls this long before sleeping (0: off)
-  // How a batch's thread waits for the GPU: auto, spin or block
-  // (GpuWait, gpu_backend.h).
-  std::string gpu_wait = "auto";
+  GpuWait gpu_wait = GpuWait::kAuto;
   // Threads that send a batch's replies beside the thread that ran it
   // (-1: a quarter of the cores, 2 to 8; 0: that thread sends them all;
   // at most 256).
@@ -82,6 +86,7 @@ struct ServerOptions {
 };
 
 const char* BackendName(Backend backend);
+const char* GpuWaitName(GpuWait wait);
 
 // Checks ranges and relations between options (e.g. the receive limit is at
 // least 64 MiB); the message names the flag.

@@ -185,9 +185,7 @@ absl::Status Server::CreateExecutors() {
       gpu.executor_index = static_cast<int>(executors.size());
       gpu.slots = options_.batches_in_flight;
       gpu.staging_bytes = options_.staging_buffer_bytes;
-      gpu.wait = options_.gpu_wait == "spin"    ? GpuWait::kSpin
-                 : options_.gpu_wait == "block" ? GpuWait::kBlock
-                                                : GpuWait::kAuto;
+      gpu.wait = options_.gpu_wait;
       gpu.max_batch_tasks = MaxBatchTasks(options_);
       absl::StatusOr<std::unique_ptr<Executor>> executor = CreateGpuExecutor(gpu);
       if (!executor.ok()) return executor.status();

@@ -61,7 +61,7 @@ TEST(OptionsTest, EnvironmentSetsFlagsAndTheCommandLineWins) {
   EXPECT_EQ(parsed->options.metrics_address, "");      // env may switch metrics off
   EXPECT_EQ(parsed->options.backend, Backend::kCpu);
   EXPECT_EQ(parsed->options.devices, (std::vector<int>{0, 2}));
-  EXPECT_EQ(parsed->options.gpu_wait, "block");
+  EXPECT_EQ(parsed->options.gpu_wait, GpuWait::kBlock);
   EXPECT_EQ(parsed->options.reply_threads, 0);
 }
 
