@@ -90,6 +90,10 @@ class KserveInferCall final : public grpc::ServerUnaryReactor, public KserveInfe
     cancel_seen_.load(std::memory_order_acquire);
     delete this;
   }
+  // Trivial, lock-free reactions: gRPC may run them inline where the call
+  // completes rather than on its executor (as normalize_calls.cc's
+  // TensorCall does).
+  bool InternalInlineable() override { return true; }
 
  private:
   void OnInferenceDone(const absl::Status& status) override {

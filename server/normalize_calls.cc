@@ -69,6 +69,13 @@ class TensorCall final : public grpc::ServerUnaryReactor, public TaskSink {
 
   bool IsCancelled() const override { return cancelled_.load(std::memory_order_relaxed); }
   void OnTaskDone(const absl::Status& status) override { Reply(status); }
+  // OnCancel and OnDone are trivial (an atomic store; delete this) and take
+  // no lock, so gRPC may run them inline on whichever thread completes the
+  // call, usually the batch or reply thread inside Finish, instead of
+  // handing OnDone to its executor thread: one thread wake-up less a
+  // request (CPU backend, 64 in flight: 1.37 -> 0.87 context switches a
+  // request; server/README.md). Nothing touches `this` after Finish.
+  bool InternalInlineable() override { return true; }
   void OnCancel() override { cancelled_.store(true, std::memory_order_release); }
   void OnDone() override {
     // See finished_; OnCancel, when gRPC ran it, came before too.
