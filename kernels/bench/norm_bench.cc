@@ -3,9 +3,9 @@
 //
 //   norm_bench [--json PATH] [--iterations N] [--quick] [--forward-only]
 //              [--backward-only] [--hidden H] [--dtype bf16|fp32]
-//              [--tuning none|ring|prefetch|ring,prefetch]
-// --tuning switches on forward changes not yet measured
-// (kernels/src/forward_tuning.h); the JSON records which.
+//              [--ring off|two-block-clusters|every-plan]
+// --ring sets which one-segment launches take the ring kernel
+// (kernels/src/ring_policy.h; default two-block-clusters); the JSON records it.
 // --backward-only, --hidden and --dtype narrow the large shapes to the cases
 // named (for profiling one kernel); the small-batch and multi-segment cases
 // run only when neither --hidden nor --backward-only is given.
@@ -23,12 +23,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_timing.h"
-#include "forward_tuning.h"
 #include "launch_plan.h"
 #include "normsvc/kernels/gpu.h"
+#include "ring_policy.h"
 
 namespace normsvc::bench {
 namespace {
@@ -280,30 +281,28 @@ Record SegmentTableParts(const Pool& pool, cudaStream_t stream) {
   return r;
 }
 
-// "ring,prefetch" and the like; false for an unknown name.
-bool ParseTuning(const std::string& list, kernels::detail::ForwardTuning* tuning) {
-  *tuning = kernels::detail::ForwardTuning{};
-  std::size_t start = 0;
-  while (start <= list.size()) {
-    const std::size_t end = std::min(list.find(',', start), list.size());
-    const std::string name = list.substr(start, end - start);
-    if (name == "ring") {
-      tuning->ring = true;
-    } else if (name == "prefetch") {
-      tuning->prefetch_params = true;
-    } else if (name != "none") {
-      return false;
+// The --ring names of the policies.
+constexpr std::pair<const char*, kernels::detail::RingPolicy> kRingPolicies[] = {
+    {"off", kernels::detail::RingPolicy::kOff},
+    {"two-block-clusters", kernels::detail::RingPolicy::kTwoBlockClusters},
+    {"every-plan", kernels::detail::RingPolicy::kEveryPlan},
+};
+
+bool ParseRingPolicy(const std::string& name, kernels::detail::RingPolicy* policy) {
+  for (const auto& [n, p] : kRingPolicies) {
+    if (name == n) {
+      *policy = p;
+      return true;
     }
-    start = end + 1;
   }
-  return true;
+  return false;
 }
 
-std::string TuningName(const kernels::detail::ForwardTuning& t) {
-  if (t.ring && t.prefetch_params) return "ring,prefetch";
-  if (t.ring) return "ring";
-  if (t.prefetch_params) return "prefetch";
-  return "none";
+const char* RingPolicyName(kernels::detail::RingPolicy policy) {
+  for (const auto& [n, p] : kRingPolicies) {
+    if (policy == p) return n;
+  }
+  return "?";
 }
 
 void WriteJson(const char* path, const std::vector<Record>& records, const cudaDeviceProp& prop) {
@@ -313,10 +312,10 @@ void WriteJson(const char* path, const std::vector<Record>& records, const cudaD
     return;
   }
   std::fprintf(f,
-               "{\"device\": \"%s\", \"sm_count\": %d, \"l2_bytes\": %d, \"tuning\": \"%s\", "
+               "{\"device\": \"%s\", \"sm_count\": %d, \"l2_bytes\": %d, \"ring\": \"%s\", "
                "\"records\": [\n",
                prop.name, prop.multiProcessorCount, prop.l2CacheSize,
-               TuningName(kernels::detail::GetForwardTuning()).c_str());
+               RingPolicyName(kernels::detail::GetRingPolicy()));
   for (std::size_t i = 0; i < records.size(); ++i) {
     const Record& r = records[i];
     std::fprintf(f,
@@ -338,7 +337,7 @@ void WriteJson(const char* path, const std::vector<Record>& records, const cudaD
 
 int main(int argc, char** argv) {
   using namespace normsvc::bench;
-  using normsvc::kernels::detail::GetForwardTuning;
+  using normsvc::kernels::detail::GetRingPolicy;
   const char* json = nullptr;
   int iterations = 30;
   bool quick = false;
@@ -361,25 +360,27 @@ int main(int argc, char** argv) {
       only_hidden = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc)
       only_dtype = argv[++i];
-    else if (!std::strcmp(argv[i], "--tuning") && i + 1 < argc) {
-      normsvc::kernels::detail::ForwardTuning tuning;
-      if (!ParseTuning(argv[++i], &tuning)) {
-        std::fprintf(stderr, "norm_bench: unknown --tuning %s (none, ring, prefetch)\n", argv[i]);
+    else if (!std::strcmp(argv[i], "--ring") && i + 1 < argc) {
+      normsvc::kernels::detail::RingPolicy policy;
+      if (!ParseRingPolicy(argv[++i], &policy)) {
+        std::fprintf(stderr,
+                     "norm_bench: unknown --ring %s (off, two-block-clusters, every-plan)\n",
+                     argv[i]);
         return 2;
       }
-      normsvc::kernels::detail::SetForwardTuning(tuning);
+      normsvc::kernels::detail::SetRingPolicy(policy);
     } else {
       std::fprintf(stderr,
                    "usage: norm_bench [--json PATH] [--iterations N] [--quick] [--forward-only]\n"
                    "                  [--backward-only] [--hidden H] [--dtype bf16|fp32]\n"
-                   "                  [--tuning none|ring|prefetch|ring,prefetch]\n");
+                   "                  [--ring off|two-block-clusters|every-plan]\n");
       return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }
   }
   cudaDeviceProp prop;
   Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  std::printf("device: %s, %d SMs, L2 %d MB, tuning %s\n", prop.name, prop.multiProcessorCount,
-              prop.l2CacheSize >> 20, TuningName(GetForwardTuning()).c_str());
+  std::printf("device: %s, %d SMs, L2 %d MB, ring %s\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20, RingPolicyName(GetRingPolicy()));
   cudaStream_t stream;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   std::vector<Record> records;

@@ -196,13 +196,6 @@ __device__ __forceinline__ void LoadParamsAs(const P* p, bool vectorized, float 
   for (int j = 0; j < W; ++j) v[j] = ToFloat(p[j]);
 }
 
-// Asks for the L1 line holding `p` ahead of its load: no register is held
-// while the line is on its way (a load into registers would hold them across
-// the row reductions). A hint only: never faults, never changes a value.
-__device__ __forceinline__ void PrefetchL1(const void* p) {
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-}
-
 // Reads W parameters at element `index`; `param_dtype` is fp32 or T.
 template <typename T, int W>
 __device__ __forceinline__ void LoadParams(const void* base, uint8_t param_dtype, int64_t index,

@@ -8,13 +8,13 @@
 
 #include "forward_ring_kernel.cuh"
 #include "forward_staged_kernel.cuh"
-#include "forward_tuning.h"
 #include "kernel_params.h"
 #include "kernel_registry.h"
 #include "launch_common.h"
 #include "launch_plan.h"
 #include "normsvc/kernels/gpu.h"
 #include "param_cache.cuh"
+#include "ring_policy.h"
 #include "segment_index.h"
 
 namespace normsvc::kernels {
@@ -62,23 +62,14 @@ ForwardKernel FindRingForwardKernel(DType x_dtype, const KernelPlan& plan, DType
 
 namespace {
 
-std::atomic<bool> tuning_ring{false};
-std::atomic<bool> tuning_prefetch_params{false};
+std::atomic<RingPolicy> ring_policy{RingPolicy::kTwoBlockClusters};
 std::atomic<int64_t> ring_launches{0};
 
 }  // namespace
 
-ForwardTuning GetForwardTuning() {
-  ForwardTuning t;
-  t.ring = tuning_ring.load(std::memory_order_relaxed);
-  t.prefetch_params = tuning_prefetch_params.load(std::memory_order_relaxed);
-  return t;
-}
+RingPolicy GetRingPolicy() { return ring_policy.load(std::memory_order_relaxed); }
 
-void SetForwardTuning(const ForwardTuning& tuning) {
-  tuning_ring.store(tuning.ring, std::memory_order_relaxed);
-  tuning_prefetch_params.store(tuning.prefetch_params, std::memory_order_relaxed);
-}
+void SetRingPolicy(RingPolicy policy) { ring_policy.store(policy, std::memory_order_relaxed); }
 
 int64_t RingForwardLaunches() { return ring_launches.load(std::memory_order_relaxed); }
 
@@ -181,8 +172,6 @@ Status LaunchPersistent(detail::ForwardKernel kernel, const KernelPlan& plan, st
 Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, bool fast,
                       ForwardParams params, cudaStream_t stream) {
   params.row_groups = (params.total_rows + plan.groups - 1) / plan.groups;
-  const detail::ForwardTuning tuning = detail::GetForwardTuning();
-  params.prefetch_params = tuning.prefetch_params ? 1 : 0;
   if (detail::UsesStagedForward(plan, fast, params.segment_count == 1,
                                 params.single.residual != nullptr)) {
     // Each block keeps kStagedStages row images in its shared memory.
@@ -195,8 +184,11 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
                                   plan.groups),
         params, stream);
   }
-  if (tuning.ring && detail::UsesRingForward(plan, fast, params.segment_count == 1,
-                                             params.single.residual != nullptr)) {
+  const detail::RingPolicy ring_policy = detail::GetRingPolicy();
+  if (ring_policy != detail::RingPolicy::kOff &&
+      (ring_policy == detail::RingPolicy::kEveryPlan || plan.cluster == 2) &&
+      detail::UsesRingForward(plan, fast, params.segment_count == 1,
+                              params.single.residual != nullptr)) {
     // Only where blocks would loop: for fewer row groups than fit at once the
     // ring has nothing to overlap, and ForwardLeanKernel (same bits) starts
     // sooner.
@@ -207,8 +199,9 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
         detail::ResidentBlocks(reinterpret_cast<const void*>(ring), plan.block_threads, smem) /
         plan.cluster;
     if (resident > 0 && params.row_groups > resident) {
-      detail::ring_launches.fetch_add(1, std::memory_order_relaxed);
-      return LaunchPersistent(ring, plan, smem, params, stream);
+      const Status launched = LaunchPersistent(ring, plan, smem, params, stream);
+      if (launched.ok()) detail::ring_launches.fetch_add(1, std::memory_order_relaxed);
+      return launched;
     }
   }
   const detail::ForwardKernel kernel =
@@ -375,6 +368,23 @@ Status PrepareForward(const ForwardSegment* segments, int count, void* device_wo
   return Status::Ok();
 }
 
+// Points the launches' table pointers, laid out from `from`, at the same
+// image laid out from `to`.
+void RebaseTable(const void* from, const void* to, PreparedForward* prepared) {
+  const auto shift = [&](auto* p) {
+    using Pointer = decltype(p);
+    return p == nullptr ? p
+                        : reinterpret_cast<Pointer>(reinterpret_cast<const unsigned char*>(to) +
+                                                    (reinterpret_cast<const unsigned char*>(p) -
+                                                     reinterpret_cast<const unsigned char*>(from)));
+  };
+  for (PreparedForward::Launch& launch : prepared->launches) {
+    launch.params.table = shift(launch.params.table);
+    launch.params.first_rows = shift(launch.params.first_rows);
+    launch.params.buckets = shift(launch.params.buckets);
+  }
+}
+
 Status EnqueueForward(const ForwardSegment* segments, const PreparedForward& prepared,
                       cudaStream_t stream) {
   for (const PreparedForward::Launch& launch : prepared.launches) {
@@ -407,12 +417,23 @@ Status LaunchForward(const ForwardSegment* segments, int count, void* device_wor
     return st;
   }
   if (prepared.table_bytes > 0) {
-    if (Status st =
-            detail::FromCuda("segment table upload",
-                             cudaMemcpyAsync(device_workspace, table_host, prepared.table_bytes,
-                                             cudaMemcpyHostToDevice, stream));
-        !st.ok()) {
-      return st;
+    // Pinned staging is mapped into the device's address space: the kernels
+    // read the table where it lies, with no copy on the stream before them
+    // (a copy and its hand-off to the kernel cost more than the kernel's
+    // reads of it over the bus: BENCHMARKS.md, round 9).
+    void* mapped = nullptr;
+    if (host_staging != nullptr &&
+        cudaHostGetDevicePointer(&mapped, host_staging, 0) == cudaSuccess && mapped != nullptr) {
+      RebaseTable(device_workspace, mapped, &prepared);
+    } else {
+      cudaGetLastError();  // not pinned memory: clear the query's error, copy instead
+      if (Status st =
+              detail::FromCuda("segment table upload",
+                               cudaMemcpyAsync(device_workspace, table_host, prepared.table_bytes,
+                                               cudaMemcpyHostToDevice, stream));
+          !st.ok()) {
+        return st;
+      }
     }
   }
   return EnqueueForward(segments, prepared, stream);

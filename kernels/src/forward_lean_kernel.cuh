@@ -13,9 +13,7 @@
 // latency of the loads and of the row reductions (the profile in
 // BENCHMARKS.md). Here a block takes one row group at a time from a grid
 // sized to the rows, holds only the current rows, reads gamma/beta through
-// the read-only cache after the statistics (with ForwardTuning's
-// prefetch_params, their L1 lines are asked for before them, holding no
-// registers), and is compiled for at most 64
+// the read-only cache after the statistics, and is compiled for at most 64
 // registers (2 blocks of 512 or 4 of 256 threads per SM), so the hardware
 // overlaps the loads of one block with the arithmetic and reductions of
 // others. The op and the single-segment case are decided once per launch;
@@ -76,22 +74,6 @@ __device__ __forceinline__ void WriteLeanRow(const DeviceSegment& s, T* out,
       y.e[j] = FromFloat<T>(ApplyAffine(n, g[j], b[j], kGamma, kBeta));
     }
     StoreFastChunk<T, W>(out + index, y);
-  }
-}
-
-// One L1 prefetch per chunk of this thread's gamma (and beta) columns.
-template <typename P, int V, int W, bool kLayerNorm>
-__device__ __forceinline__ void PrefetchParamChunks(const DeviceSegment& s, const RowTeam& team,
-                                                    int chunks) {
-  const P* gamma = static_cast<const P*>(s.gamma);
-  const P* beta = kLayerNorm ? static_cast<const P*>(s.beta) : nullptr;
-#pragma unroll
-  for (int k = 0; k < V; ++k) {
-    const int chunk = k * team.row_threads + team.rank;
-    if (chunk >= chunks) continue;
-    const int64_t index = static_cast<int64_t>(chunk) * W;
-    if (gamma != nullptr) PrefetchL1(gamma + index);
-    if (beta != nullptr) PrefetchL1(beta + index);
   }
 }
 
@@ -173,12 +155,6 @@ __device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& 
           if (residual_out != nullptr) StoreFastChunk<T, W>(residual_out + index, v[k]);
         }
       }
-    }
-    if constexpr (W > 1) {
-      // gamma/beta are read after the statistics; their lines are asked for
-      // now so that the reductions hide their latency instead of adding it
-      // to the row's.
-      if (active && p.prefetch_params) PrefetchParamChunks<P, V, W, kLayerNorm>(s, team, chunks);
     }
     // Every thread of the block reaches the reductions, active row or not.
     const RowStats stats = RowStatistics<T, V, W>(v, chunks, s.hidden, s.epsilon, kLayerNorm, team,

@@ -21,7 +21,8 @@
 // RowStatistics and WriteLeanRow, on the same values (a chunk read from
 // shared memory is the chunk that was in global memory), so a row gets the
 // same bits here as in any other launch (batch invariance;
-// ForwardRing.MatchesOneRowLaunches checks it bit for bit).
+// ForwardRing.MatchesReferenceAndShortSegmentsBitForBit checks it bit for
+// bit).
 #pragma once
 
 #include "async_copy.cuh"
@@ -91,15 +92,13 @@ __device__ __forceinline__ void RingRows(const ForwardParams& p, uint4* cells,
         ZeroPack(v[k]);
       }
     }
-    // gamma/beta stay in L1 from the first row on (the copies bypass it).
-    if (it == 0 && active && p.prefetch_params) {
-      PrefetchParamChunks<P, V, W, kLayerNorm>(s, team, chunks);
-    }
     // Every thread of the block reaches the reductions, active row or not.
     const RowStats stats = RowStatistics<T, V, W>(v, chunks, s.hidden, s.epsilon, kLayerNorm, team,
                                                   scratch, (it & 1) * 2);
-    // The stage's cells are in registers (the statistics used them): refill
-    // it with the row group kRingStages iterations ahead.
+    // The stage's cells are in registers (the statistics consumed every value
+    // read from them, and the copies' asm is a memory clobber, so no read of
+    // the cells moves past it): refill the stage with the row group
+    // kRingStages iterations ahead.
     issue(it + kRingStages, stage);
     stage = stage + 1 == kRingStages ? 0 : stage + 1;
     if (active) FinishLeanRow<T, P, V, W, kLayerNorm>(s, row, v, stats, team, chunks);

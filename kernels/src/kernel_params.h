@@ -50,9 +50,6 @@ struct ForwardParams {
   int32_t segment_count;
   int32_t bucket_shift;
   uint8_t op;  // NormOp of every segment (segments of one launch share it)
-  // 1: the specialized kernel asks for gamma/beta's L1 lines before the row
-  // statistics (ForwardTuning::prefetch_params); never changes a value.
-  uint8_t prefetch_params;
   RowShape shape;
   int64_t total_rows;
   // ceil(total_rows / shape.groups): the row groups (a block's or a

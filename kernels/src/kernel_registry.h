@@ -34,9 +34,9 @@ inline bool UsesStagedForward(const KernelPlan& plan, bool fast, bool single_seg
 
 // Whether a one-segment launch of the specialized kernel's vector layout with
 // four chunks a thread may take ForwardRingKernel instead (x staged through
-// a shared-memory ring; same bits). With ForwardTuning::ring on, the launcher
-// takes it when the launch has more row groups than fit on the device at
-// once; the segment must have no residual.
+// a shared-memory ring; same bits). The launcher takes it, as RingPolicy
+// (ring_policy.h) says, when the launch has more row groups than fit on
+// the device at once; the segment must have no residual.
 inline bool UsesRingForward(const KernelPlan& plan, bool fast, bool single_segment,
                             bool has_residual) {
   return fast && single_segment && !has_residual && plan.layout == Layout::kVector &&

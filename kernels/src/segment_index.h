@@ -58,3 +58,5 @@ NORMSVC_HOST_DEVICE inline int FindSegment(const int64_t* first_rows, const Segm
 }
 
 }  // namespace normsvc::kernels::detail
+
+#undef NORMSVC_HOST_DEVICE

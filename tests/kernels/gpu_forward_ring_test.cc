@@ -1,19 +1,19 @@
-// The forward tuning switches (kernels/src/forward_tuning.h). The ring
-// forward kernel (one segment in the vector layout with four chunks a
-// thread, more row groups than fit on the device at once: x staged through
-// shared memory by asynchronous copies) against the double reference and,
-// bit for bit, against the same rows cut into short segments of one
-// multi-segment launch (which takes the register kernel), with and without
-// the gamma/beta prefetch.
+// The ring forward kernel (one segment in the vector layout with four chunks
+// a thread, more row groups than fit on the device at once: x staged through
+// shared memory by asynchronous copies), taken for every plan it accepts
+// (RingPolicy::kEveryPlan, kernels/src/ring_policy.h), against the double
+// reference and, bit for bit, against the same rows cut into short segments
+// of one multi-segment launch (which takes the register kernel); and the
+// default policy, which takes it for two-block clusters only.
 #include <algorithm>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "forward_tuning.h"
 #include "gpu_forward_case.h"
 #include "gpu_test_support.h"
 #include "normsvc/kernels/gpu.h"
+#include "ring_policy.h"
 
 namespace normsvc::kernels::testing {
 namespace {
@@ -23,26 +23,20 @@ namespace {
 // blocks of an H200 at every H), plus a few so the last group is partial.
 int64_t RingRows(int64_t hidden) { return ((int64_t{1} << 24) + hidden - 1) / hidden + 3; }
 
-// Restores the process's tuning when a test ends, pass or fail.
-class TuningScope {
+// Restores the process's ring policy when a test ends, pass or fail.
+class RingPolicyScope {
  public:
-  TuningScope() : saved_(detail::GetForwardTuning()) {}
-  ~TuningScope() { detail::SetForwardTuning(saved_); }
-  void Set(bool ring, bool prefetch_params) {
-    detail::ForwardTuning t;
-    t.ring = ring;
-    t.prefetch_params = prefetch_params;
-    detail::SetForwardTuning(t);
-  }
+  RingPolicyScope() : saved_(detail::GetRingPolicy()) {}
+  ~RingPolicyScope() { detail::SetRingPolicy(saved_); }
 
  private:
-  detail::ForwardTuning saved_;
+  detail::RingPolicy saved_;
 };
 
 TEST(ForwardRing, MatchesReferenceAndShortSegmentsBitForBit) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("ring forward");
-  TuningScope tuning;
+  RingPolicyScope restore;
   int variant = 0;
   for (int64_t hidden : {768, 1024, 4096, 8192, 16384, 65536}) {
     for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
@@ -65,7 +59,7 @@ TEST(ForwardRing, MatchesReferenceAndShortSegmentsBitForBit) {
       ForwardCase c(spec, rng);
       c.Upload();
       c.PoisonOutputs();
-      tuning.Set(/*ring=*/true, /*prefetch_params=*/variant % 2 == 0);
+      detail::SetRingPolicy(detail::RingPolicy::kEveryPlan);
       const int64_t ring_launches = detail::RingForwardLaunches();
       const Status whole = LaunchForwardSegment(c.Segment(), nullptr);
       ASSERT_TRUE(whole.ok()) << whole.message();
@@ -87,8 +81,10 @@ TEST(ForwardRing, MatchesReferenceAndShortSegmentsBitForBit) {
         if (base.rstd != nullptr) s.rstd = base.rstd + first;
         segments.push_back(s);
       }
-      c.PoisonOutputs(0x5a);
-      tuning.Set(/*ring=*/false, /*prefetch_params=*/variant % 2 == 1);
+      // The same poison as the ring run: the pad columns between rows are
+      // never written, and the comparison covers them.
+      c.PoisonOutputs();
+      detail::SetRingPolicy(detail::RingPolicy::kOff);
       DeviceBuffer workspace(ForwardWorkspaceBytes(static_cast<int>(segments.size())));
       const Status table = LaunchForward(segments.data(), static_cast<int>(segments.size()),
                                          workspace.get(), workspace.bytes(), nullptr, nullptr);
@@ -96,6 +92,37 @@ TEST(ForwardRing, MatchesReferenceAndShortSegmentsBitForBit) {
       CUDA_ASSERT_OK(cudaDeviceSynchronize());
       EXPECT_EQ(c.OutputBytes(), ring) << "short segments differ: " << Describe(spec);
     }
+  }
+}
+
+// The default policy: a two-block cluster plan (fp32 H = 16384, 16-bit
+// H = 32768) takes the ring, an in-block plan (H = 4096) does not.
+TEST(ForwardRing, DefaultPolicyTakesItForTwoBlockClustersOnly) {
+  NORMSVC_REQUIRE_GPU();
+  std::mt19937_64 rng = SeededRng("ring default policy");
+  RingPolicyScope restore;
+  detail::SetRingPolicy(detail::RingPolicy::kTwoBlockClusters);
+  struct Shape {
+    DType dtype;
+    int64_t hidden;
+    bool ring;
+  };
+  for (const Shape& shape : {Shape{DType::kF32, 16384, true}, Shape{DType::kBF16, 32768, true},
+                             Shape{DType::kBF16, 4096, false}}) {
+    ForwardSpec spec;
+    spec.x_dtype = spec.out_dtype = spec.param_dtype = shape.dtype;
+    spec.rows = RingRows(shape.hidden);
+    spec.hidden = shape.hidden;
+    spec.stats = true;
+    ForwardCase c(spec, rng);
+    c.Upload();
+    c.PoisonOutputs();
+    const int64_t before = detail::RingForwardLaunches();
+    const Status st = LaunchForwardSegment(c.Segment(), nullptr);
+    ASSERT_TRUE(st.ok()) << st.message();
+    CUDA_ASSERT_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(detail::RingForwardLaunches() - before, shape.ring ? 1 : 0) << Describe(spec);
+    c.Check("default ring policy");
   }
 }
 

@@ -205,7 +205,8 @@ TEST(ForwardBatchInvariance, ThousandOneRowSegmentsMatchOneTensor) {
 // The table image WriteForwardTable writes (DeviceSegment entries, their
 // first rows, the row -> segment index; kernels/src/forward_launch.cu): in
 // every plan group, the index finds for each row the entry of the segment
-// that holds it. Host only: runs without a GPU too.
+// that holds it. Host only: runs without a GPU too (in every build with the
+// CUDA kernels, CI's first stage among them).
 TEST(ForwardTable, IndexFindsEveryRowOfEveryGroup) {
   std::mt19937_64 rng = SeededRng("forward table");
   std::vector<ForwardSegment> segments;

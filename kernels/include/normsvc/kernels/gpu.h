@@ -19,10 +19,12 @@ std::size_t ForwardWorkspaceBytes(int segment_count);
 // optional parts), never on row counts: a row's output bits do not depend on
 // what else is in the launch. Segments of one configuration go in one kernel
 // launch. `host_staging`, if not null, is pinned host memory of at least
-// ForwardWorkspaceBytes(count) used to upload the table asynchronously; it
-// must stay untouched until the stream reaches the launch. If null, the
-// table is copied from pageable memory (synchronous with the host; not
-// capturable in a CUDA graph). The table is uploaded only when two or more
+// ForwardWorkspaceBytes(count) that receives the table, which the kernels
+// then read in place (pinned memory is mapped into the device's address
+// space): it must stay untouched until the launch has finished on the
+// stream. If null, or not pinned, the table is copied to the workspace on
+// the stream (from pageable memory: synchronous with the host, not
+// capturable in a CUDA graph). A table exists only when two or more
 // segments share a plan; the workspace is checked then. Segments whose
 // pointers are 16-byte aligned and whose row pitches are multiples of 16
 // bytes use 16-byte accesses (same results either way).
