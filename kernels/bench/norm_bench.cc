@@ -192,8 +192,9 @@ Record SmallBatch(int64_t rows, int64_t hidden, const Pool& pool, cudaStream_t s
   return r;
 }
 
-// 1,000 one-row segments of H = 4096 in one LaunchForward (table upload from
-// pinned staging included) against one 1000 x 4096 tensor ("copy" columns).
+// 1,000 one-row segments of H = 4096 in one LaunchForward (the table built
+// on the host into pinned staging, which the kernel reads in place, included)
+// against one 1000 x 4096 tensor ("copy" columns).
 Record MultiSegment(const Pool& pool, cudaStream_t stream, bool graph) {
   const int64_t hidden = 4096, count = 1000;
   Record r{graph ? "multi_segment_graph" : "multi_segment_events",
@@ -205,7 +206,7 @@ Record MultiSegment(const Pool& pool, cudaStream_t stream, bool graph) {
   r.bytes = static_cast<double>(count * hidden * 2 * 2);
   const std::size_t table_bytes = kernels::ForwardWorkspaceBytes(count);
   void* workspace = DeviceArray(table_bytes);
-  // A staging buffer must stay untouched until its upload has run: one per
+  // A staging buffer must stay untouched until its launch has run: one per
   // call (event timing queues up to 59 calls ahead of the device).
   constexpr int kStaging = 64;
   std::vector<void*> staging(kStaging);

@@ -339,8 +339,11 @@ Status PrepareForward(const ForwardSegment* segments, int count, void* device_wo
     params.op = static_cast<uint8_t>(segments[entries[start].index].op);
     params.segment_count = static_cast<int32_t>(end - start);
     int64_t rows = 0;
+    // The rows every segment of the group has, -1 once two differ.
+    int64_t equal_rows = segments[entries[start].index].rows;
     for (std::size_t e = start; e < end; ++e) {
       const ForwardSegment& s = segments[entries[e].index];
+      if (s.rows != equal_rows) equal_rows = -1;
       const DeviceSegment d = ToDevice(s, plan, rows);
       if (end - start == 1) {
         params.single = d;
@@ -357,6 +360,8 @@ Status PrepareForward(const ForwardSegment* segments, int count, void* device_wo
       params.first_rows = device_first_rows + start;
       params.buckets = device_buckets + start;
       params.bucket_shift = detail::SegmentBucketShift(rows, segments_in_group);
+      params.buckets_identity =
+          detail::SegmentBucketsAreIdentity(equal_rows, params.bucket_shift) ? 1 : 0;
       if (host_table != nullptr) {
         detail::FillSegmentBuckets(first_rows + start, segments_in_group, rows, params.bucket_shift,
                                    buckets + start);
@@ -366,6 +371,20 @@ Status PrepareForward(const ForwardSegment* segments, int count, void* device_wo
         {entries[start].index, entries[start].plan, entries[start].fast, params});
   }
   return Status::Ok();
+}
+
+// The device address of pinned host memory that holds a table image, or null
+// when `host` is null, not pinned (then the table is copied instead) or not
+// 16-byte aligned (the kernels read the image with 8-byte loads). The query
+// sets no error on ordinary memory: it reports it unregistered.
+const void* MappedPinnedPointer(const void* host) {
+  if (host == nullptr || !detail::IsAligned16(host)) return nullptr;
+  cudaPointerAttributes attributes = {};
+  if (cudaPointerGetAttributes(&attributes, host) != cudaSuccess) {
+    cudaGetLastError();  // clears the query's own error (older drivers report one)
+    return nullptr;
+  }
+  return attributes.type == cudaMemoryTypeHost ? attributes.devicePointer : nullptr;
 }
 
 // Points the launches' table pointers, laid out from `from`, at the same
@@ -421,12 +440,10 @@ Status LaunchForward(const ForwardSegment* segments, int count, void* device_wor
     // read the table where it lies, with no copy on the stream before them
     // (a copy and its hand-off to the kernel cost more than the kernel's
     // reads of it over the bus: BENCHMARKS.md, round 9).
-    void* mapped = nullptr;
-    if (host_staging != nullptr &&
-        cudaHostGetDevicePointer(&mapped, host_staging, 0) == cudaSuccess && mapped != nullptr) {
+    const void* mapped = MappedPinnedPointer(host_staging);
+    if (mapped != nullptr) {
       RebaseTable(device_workspace, mapped, &prepared);
     } else {
-      cudaGetLastError();  // not pinned memory: clear the query's error, copy instead
       if (Status st =
               detail::FromCuda("segment table upload",
                                cudaMemcpyAsync(device_workspace, table_host, prepared.table_bytes,

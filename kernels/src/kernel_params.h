@@ -49,6 +49,9 @@ struct ForwardParams {
   const SegmentBucket* buckets;
   int32_t segment_count;
   int32_t bucket_shift;
+  // 1: every segment has 2^bucket_shift rows, so a row's segment is
+  // row >> bucket_shift and the buckets are not read.
+  uint8_t buckets_identity;
   uint8_t op;  // NormOp of every segment (segments of one launch share it)
   RowShape shape;
   int64_t total_rows;

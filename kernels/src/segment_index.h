@@ -39,6 +39,16 @@ int SegmentBucketShift(int64_t total_rows, int64_t segments);
 int64_t FillSegmentBuckets(const int64_t* first_rows, int segments, int64_t total_rows, int shift,
                            SegmentBucket* buckets);
 
+// Whether the buckets are the identity (bucket i is segment i, alone), given
+// the rows every segment has (`equal_rows`: -1 when they differ) and the
+// bucket shift: when every segment has exactly 2^shift rows. Then a row's
+// segment is row >> shift, with no load at all (a batch of one-row
+// requests, say). A function of the row counts alone, so that a launch knows
+// it without the table image.
+inline bool SegmentBucketsAreIdentity(int64_t equal_rows, int shift) {
+  return equal_rows == (int64_t{1} << shift);
+}
+
 // Index of the segment that holds `row` (0 <= row < total_rows).
 NORMSVC_HOST_DEVICE inline int FindSegment(const int64_t* first_rows, const SegmentBucket* buckets,
                                            int shift, int64_t row) {

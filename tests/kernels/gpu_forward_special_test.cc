@@ -161,6 +161,36 @@ TEST(ForwardBatchInvariance, MixedLaunchMatchesEachTensorAlone) {
   for (std::size_t i = 0; i < cases.size(); ++i) {
     EXPECT_EQ(cases[i]->OutputBytes(), alone[i]) << "two-step " << Describe(cases[i]->spec());
   }
+
+  // The same launch with pinned staging, whose table the kernels read in
+  // place, plus a tensor of a plan no other segment has (a launch without a
+  // table among the launches that read it); the workspace is poisoned, so a
+  // kernel that read it instead of the staging would fail.
+  for (auto& c : cases) c->PoisonOutputs();
+  ForwardSpec lone;
+  lone.x_dtype = lone.out_dtype = lone.param_dtype = DType::kF16;
+  lone.rows = 5;
+  lone.hidden = 24;
+  ForwardCase lone_case(lone, rng);
+  lone_case.Upload();
+  const std::vector<uint8_t> lone_alone = RunAlone(lone_case);
+  lone_case.PoisonOutputs();
+  std::vector<ForwardSegment> with_lone = segments;
+  with_lone.insert(with_lone.begin() + 3, lone_case.Segment());
+  DeviceBuffer pinned_workspace(ForwardWorkspaceBytes(static_cast<int>(with_lone.size())));
+  CUDA_ASSERT_OK(cudaMemset(pinned_workspace.get(), 0xA5, pinned_workspace.bytes()));
+  void* staging = nullptr;
+  CUDA_ASSERT_OK(cudaMallocHost(&staging, pinned_workspace.bytes()));
+  const Status in_place =
+      LaunchForward(with_lone.data(), static_cast<int>(with_lone.size()), pinned_workspace.get(),
+                    pinned_workspace.bytes(), staging, nullptr);
+  CUDA_ASSERT_OK(cudaDeviceSynchronize());
+  CUDA_ASSERT_OK(cudaFreeHost(staging));
+  ASSERT_TRUE(in_place.ok()) << in_place.message();
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(cases[i]->OutputBytes(), alone[i]) << "in place " << Describe(cases[i]->spec());
+  }
+  EXPECT_EQ(lone_case.OutputBytes(), lone_alone) << "in place, lone plan";
 }
 
 // 1,000 one-row segments of H = 4096 in one launch give the bits of one

@@ -62,6 +62,41 @@ void ExpectEveryRowFound(const Layout& l, const std::string& what) {
   }
 }
 
+// SegmentBucketsAreIdentity holds for equal segments of a power-of-two row
+// count, and only where row >> shift is the segment FindSegment finds for
+// every row (it may miss some such layouts: a shorter last segment).
+TEST(SegmentIndex, IdentityForEqualPowerOfTwoSegmentsAndOnlyWhereShiftsFindEveryRow) {
+  for (const std::vector<int64_t>& rows :
+       {std::vector<int64_t>(37, 1), std::vector<int64_t>(37, 2), std::vector<int64_t>(5, 64),
+        std::vector<int64_t>(20, 3), std::vector<int64_t>{2, 2, 2, 1}, std::vector<int64_t>{1, 2},
+        std::vector<int64_t>{4, 4, 4, 8}, std::vector<int64_t>{8, 8, 8, 4}}) {
+    const Layout l = FromRowCounts(rows);
+    const int n = static_cast<int>(rows.size());
+    const int shift = SegmentBucketShift(l.total_rows, n);
+    int64_t equal_rows = rows[0];
+    for (int64_t r : rows) {
+      if (r != equal_rows) equal_rows = -1;
+    }
+    std::vector<SegmentBucket> buckets(n);
+    FillSegmentBuckets(l.first_rows.data(), n, l.total_rows, shift, buckets.data());
+    bool shifts_find_every_row = true;
+    for (int64_t row = 0; row < l.total_rows; ++row) {
+      shifts_find_every_row =
+          shifts_find_every_row && FindSegment(l.first_rows.data(), buckets.data(), shift, row) ==
+                                       static_cast<int>(row >> shift);
+    }
+    const bool power_of_two = equal_rows > 0 && (equal_rows & (equal_rows - 1)) == 0;
+    EXPECT_EQ(SegmentBucketsAreIdentity(equal_rows, shift), power_of_two)
+        << n << " segments of " << rows[0] << " (equal: " << (equal_rows > 0) << ")";
+    if (SegmentBucketsAreIdentity(equal_rows, shift)) {
+      EXPECT_TRUE(shifts_find_every_row) << n << " segments of " << rows[0];
+    }
+  }
+  EXPECT_TRUE(SegmentBucketsAreIdentity(1, 0));
+  EXPECT_FALSE(SegmentBucketsAreIdentity(3, 2));
+  EXPECT_FALSE(SegmentBucketsAreIdentity(-1, 0));
+}
+
 TEST(SegmentIndex, OneRowSegmentsTakeOneBucketEach) {
   const Layout l = FromRowCounts(std::vector<int64_t>(1000, 1));
   EXPECT_EQ(SegmentBucketShift(l.total_rows, 1000), 0);
