@@ -60,7 +60,9 @@ class TensorCall final : public grpc::ServerUnaryReactor, public TaskSink {
         Traits::Build(*plan, *request_, response_, DeadlineOf(context_->deadline()), this);
     if (rows_ == 0) return Reply(absl::OkStatus());  // nothing to compute
     const absl::Status status = service_.pool->Schedule(task);
-    // On OK the task may already be finished and `this` deleted.
+    // On OK the task may already be finished (Reply called from a batch
+    // thread); `this` stays valid until the handler returns (gRPC holds the
+    // call until SetupReactor), but nothing here touches it again.
     if (!status.ok()) {
       task.reset();
       Reply(status);
