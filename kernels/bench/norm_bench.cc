@@ -18,7 +18,6 @@
 // CUDA graph replay.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -192,6 +191,20 @@ Record SmallBatch(int64_t rows, int64_t hidden, const Pool& pool, cudaStream_t s
   return r;
 }
 
+// `count` one-row bf16 LayerNorm segments of buffer set `set`, their rows
+// spread over the buffer as a batch of independent requests is.
+std::vector<ForwardSegment> OneRowSegments(const Pool& pool, int set, int64_t count,
+                                           int64_t hidden) {
+  std::vector<ForwardSegment> segments;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t row = (i * 7919) % count;
+    segments.push_back(Segment(NormOp::kLayerNorm, DType::kBF16, 1, hidden,
+                               static_cast<const char*>(pool.x[set]) + row * hidden * 2,
+                               static_cast<char*>(pool.out[set]) + row * hidden * 2, pool));
+  }
+  return segments;
+}
+
 // 1,000 one-row segments of H = 4096 in one LaunchForward (the table built
 // on the host into pinned staging, which the kernel reads in place, included)
 // against one 1000 x 4096 tensor ("copy" columns).
@@ -212,15 +225,7 @@ Record MultiSegment(const Pool& pool, cudaStream_t stream, bool graph) {
   std::vector<void*> staging(kStaging);
   for (void*& p : staging) Check(cudaMallocHost(&p, table_bytes), "cudaMallocHost");
   std::vector<ForwardSegment> segments[kSets];
-  for (int s = 0; s < kSets; ++s) {
-    for (int64_t i = 0; i < count; ++i) {
-      // Rows spread over the buffer, as a batch of independent requests is.
-      const int64_t row = (i * 7919) % count;
-      segments[s].push_back(Segment(NormOp::kLayerNorm, DType::kBF16, 1, hidden,
-                                    static_cast<const char*>(pool.x[s]) + row * hidden * 2,
-                                    static_cast<char*>(pool.out[s]) + row * hidden * 2, pool));
-    }
-  }
+  for (int s = 0; s < kSets; ++s) segments[s] = OneRowSegments(pool, s, count, hidden);
   int calls = 0;
   auto many = [&](int i) {
     CheckStatus(kernels::LaunchForward(segments[i % kSets].data(), count, workspace, table_bytes,
@@ -255,13 +260,7 @@ Record SegmentTableParts(const Pool& pool, cudaStream_t stream) {
   void* workspace = DeviceArray(workspace_bytes);
   void* staging = nullptr;
   Check(cudaMallocHost(&staging, workspace_bytes), "cudaMallocHost");
-  std::vector<ForwardSegment> segments;
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t row = (i * 7919) % count;
-    segments.push_back(Segment(NormOp::kLayerNorm, DType::kBF16, 1, hidden,
-                               static_cast<const char*>(pool.x[0]) + row * hidden * 2,
-                               static_cast<char*>(pool.out[0]) + row * hidden * 2, pool));
-  }
+  const std::vector<ForwardSegment> segments = OneRowSegments(pool, 0, count, hidden);
   std::size_t table_bytes = 0;
   CheckStatus(kernels::WriteForwardTable(segments.data(), count, workspace, workspace_bytes,
                                          staging, &table_bytes),

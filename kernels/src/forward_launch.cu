@@ -159,12 +159,16 @@ constexpr bool kEarlyLaunch = true;
 // A persistent launch: at most one wave of units (blocks, or clusters of
 // plan.cluster blocks) with `smem` bytes of dynamic shared memory, each
 // looping over its row groups.
+// Units (blocks, or clusters of plan.cluster blocks) of `kernel` that fit on
+// the device at once; 0 when the query fails.
+int64_t ResidentUnits(detail::ForwardKernel kernel, const KernelPlan& plan, std::size_t smem) {
+  return detail::ResidentBlocks(reinterpret_cast<const void*>(kernel), plan.block_threads, smem) /
+         plan.cluster;
+}
+
 Status LaunchPersistent(detail::ForwardKernel kernel, const KernelPlan& plan, std::size_t smem,
-                        const ForwardParams& params, cudaStream_t stream) {
-  const int64_t resident =
-      detail::ResidentBlocks(reinterpret_cast<const void*>(kernel), plan.block_threads, smem) /
-      plan.cluster;
-  const int64_t units = std::min(params.row_groups, std::max<int64_t>(1, resident));
+                        int64_t resident_units, const ForwardParams& params, cudaStream_t stream) {
+  const int64_t units = std::min(params.row_groups, std::max<int64_t>(1, resident_units));
   return detail::LaunchWithPlan(kernel, plan, units * plan.cluster, smem, params, stream,
                                 kEarlyLaunch);
 }
@@ -178,28 +182,21 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
     const detail::ForwardKernel kernel =
         detail::FindStagedForwardKernel(x_dtype, plan, param_dtype);
     if (kernel == nullptr) return Status(Code::kInternal, "no staged forward kernel for this plan");
-    return LaunchPersistent(
-        kernel, plan,
-        detail::StagedSharedBytes(params.single.hidden, static_cast<int64_t>(DTypeSize(x_dtype)),
-                                  plan.groups),
-        params, stream);
+    const std::size_t smem = detail::StagedSharedBytes(
+        params.single.hidden, static_cast<int64_t>(DTypeSize(x_dtype)), plan.groups);
+    return LaunchPersistent(kernel, plan, smem, ResidentUnits(kernel, plan, smem), params, stream);
   }
-  const detail::RingPolicy ring_policy = detail::GetRingPolicy();
-  if (ring_policy != detail::RingPolicy::kOff &&
-      (ring_policy == detail::RingPolicy::kEveryPlan || plan.cluster == 2) &&
-      detail::UsesRingForward(plan, fast, params.segment_count == 1,
-                              params.single.residual != nullptr)) {
+  if (detail::UsesRingForward(plan, fast, params.segment_count == 1,
+                              params.single.residual != nullptr, detail::GetRingPolicy())) {
     // Only where blocks would loop: for fewer row groups than fit at once the
     // ring has nothing to overlap, and ForwardLeanKernel (same bits) starts
     // sooner.
     const detail::ForwardKernel ring = detail::FindRingForwardKernel(x_dtype, plan, param_dtype);
     if (ring == nullptr) return Status(Code::kInternal, "no ring forward kernel for this plan");
     const std::size_t smem = detail::RingSharedBytes(plan.block_threads);
-    const int64_t resident =
-        detail::ResidentBlocks(reinterpret_cast<const void*>(ring), plan.block_threads, smem) /
-        plan.cluster;
+    const int64_t resident = ResidentUnits(ring, plan, smem);
     if (resident > 0 && params.row_groups > resident) {
-      const Status launched = LaunchPersistent(ring, plan, smem, params, stream);
+      const Status launched = LaunchPersistent(ring, plan, smem, resident, params, stream);
       if (launched.ok()) detail::ring_launches.fetch_add(1, std::memory_order_relaxed);
       return launched;
     }
@@ -215,11 +212,9 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
                                   std::min(params.row_groups, kMaxFastUnits) * plan.cluster, 0,
                                   params, stream, kEarlyLaunch);
   }
-  return LaunchPersistent(
-      kernel, plan,
-      detail::ParamCacheBytes(plan.slots, plan.width, static_cast<int>(DTypeSize(param_dtype)),
-                              plan.block_threads),
-      params, stream);
+  const std::size_t smem = detail::ParamCacheBytes(
+      plan.slots, plan.width, static_cast<int>(DTypeSize(param_dtype)), plan.block_threads);
+  return LaunchPersistent(kernel, plan, smem, ResidentUnits(kernel, plan, smem), params, stream);
 }
 
 }  // namespace

@@ -4,18 +4,21 @@
 // Covers what ForwardLeanKernel covers with four chunks a thread (16-byte
 // accesses allowed, output in the x dtype), for one segment without a
 // residual, when the launch has more row groups than fit on the device at
-// once (every block then loops over several row groups).
+// once (every block then loops over several row groups), and RingPolicy
+// (ring_policy.h) allows it: by default only for rows that span a cluster
+// of two blocks.
 //
 // Why: ForwardLeanKernel holds a row group's x in registers from its load
 // to its output, so the bytes an SM has in flight are bounded by its
-// resident blocks (4 of 256 threads at 64 registers), and a block loads
-// nothing while it reduces and writes: about 0.8 of a copy's bandwidth at
-// bf16 H = 4096 (BENCHMARKS.md, round 8). Here a persistent block keeps the
-// row groups of its next kRingStages - 1 iterations in flight as cp.async
-// copies (no registers held), so loads continue under the reductions and
-// stores of the current rows. Each thread copies, and later reads, only its
-// own chunks: the ring needs no barrier, only the thread's own
-// cp.async.wait_group.
+// resident blocks, and a block loads nothing while it reduces and writes.
+// Here a persistent block keeps the row groups of its next kRingStages - 1
+// iterations in flight as cp.async copies (no registers held), so loads
+// continue under the reductions and stores of the current rows. Each thread
+// copies, and later reads, only its own chunks: the ring needs no barrier,
+// only the thread's own cp.async.wait_group. Measured on the H200
+// (BENCHMARKS.md, round 9), that pays only for two-block clusters (fp32
+// H = 16384: +14%); where the lean kernel is bound by instructions (in-block
+// rows) the copies, waits and shared-memory reads cost more than they hide.
 //
 // The arithmetic is ForwardLeanKernel's: the same plan, chunk mapping,
 // RowStatistics and WriteLeanRow, on the same values (a chunk read from

@@ -6,6 +6,7 @@
 #include "kernel_params.h"
 #include "launch_plan.h"
 #include "normsvc/kernels/types.h"
+#include "ring_policy.h"
 
 namespace normsvc::kernels::detail {
 
@@ -34,13 +35,15 @@ inline bool UsesStagedForward(const KernelPlan& plan, bool fast, bool single_seg
 
 // Whether a one-segment launch of the specialized kernel's vector layout with
 // four chunks a thread may take ForwardRingKernel instead (x staged through
-// a shared-memory ring; same bits). The launcher takes it, as RingPolicy
-// (ring_policy.h) says, when the launch has more row groups than fit on
+// a shared-memory ring; same bits), as `policy` (ring_policy.h) says. The
+// launcher takes it when the launch also has more row groups than fit on
 // the device at once; the segment must have no residual.
 inline bool UsesRingForward(const KernelPlan& plan, bool fast, bool single_segment,
-                            bool has_residual) {
-  return fast && single_segment && !has_residual && plan.layout == Layout::kVector &&
-         plan.slots == 4;
+                            bool has_residual, RingPolicy policy) {
+  const bool policy_allows = policy == RingPolicy::kEveryPlan ||
+                             (policy == RingPolicy::kTwoBlockClusters && plan.cluster == 2);
+  return policy_allows && fast && single_segment && !has_residual &&
+         plan.layout == Layout::kVector && plan.slots == 4;
 }
 
 // Null when no instantiation matches the plan (a planning bug: the launcher
