@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -70,13 +72,22 @@ std::string ProgramPath(const char* variable, const char* built_path) {
 }
 
 int PickFreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address = Loopback(0);
-  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  socklen_t length = sizeof(address);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  close(fd);
-  return ntohs(address.sin_port);
+  // The kernel may hand the same free port to two binds in a row; a test
+  // that asks for two ports (gRPC and metrics) must not get it twice, so no
+  // port is returned twice in a process.
+  static std::mutex mutex;
+  static std::set<int> handed_out;
+  std::lock_guard<std::mutex> lock(mutex);
+  while (true) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address = Loopback(0);
+    bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+    socklen_t length = sizeof(address);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+    close(fd);
+    const int port = ntohs(address.sin_port);
+    if (handed_out.insert(port).second) return port;
+  }
 }
 
 bool WaitForPort(int port, std::chrono::milliseconds timeout) {

@@ -16,7 +16,8 @@ namespace normsvc::testing {
 // else `built_path`.
 std::string ProgramPath(const char* variable, const char* built_path);
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
+// A TCP port on 127.0.0.1 that was free a moment ago, never the same one
+// twice in a process.
 int PickFreePort();
 // True once 127.0.0.1:port accepts a connection (polls until `timeout`).
 bool WaitForPort(int port, std::chrono::milliseconds timeout);
