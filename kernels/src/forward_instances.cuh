@@ -32,17 +32,25 @@ ForwardKernel ForwardKernelFor(const KernelPlan& plan) {
 }
 
 // The specialized kernels (see UsesFastForward in kernel_registry.h), with
-// gamma/beta in dtype P.
+// gamma/beta in dtype P. Only plans of 4 vector or 16 strided slots span
+// clusters (PlanForward).
 template <typename T, typename P, bool kSingle>
 ForwardKernel LeanForwardKernelFor(const KernelPlan& plan) {
   constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
+  const bool cluster = plan.cluster > 1;
   if (plan.layout == Layout::kVector && plan.width == kVectorWidth) {
-    if (plan.slots == 1) return ForwardLeanKernel<T, P, 1, kVectorWidth, kSingle>;
-    if (plan.slots == 2) return ForwardLeanKernel<T, P, 2, kVectorWidth, kSingle>;
-    if (plan.slots == 4) return ForwardLeanKernel<T, P, 4, kVectorWidth, kSingle>;
+    if (plan.slots == 1 && !cluster)
+      return ForwardLeanKernel<T, P, 1, kVectorWidth, kSingle, false>;
+    if (plan.slots == 2 && !cluster)
+      return ForwardLeanKernel<T, P, 2, kVectorWidth, kSingle, false>;
+    if (plan.slots == 4) {
+      return cluster ? ForwardLeanKernel<T, P, 4, kVectorWidth, kSingle, true>
+                     : ForwardLeanKernel<T, P, 4, kVectorWidth, kSingle, false>;
+    }
   }
   if (plan.layout == Layout::kStrided && plan.slots == 16) {
-    return ForwardLeanKernel<T, P, 16, 1, kSingle>;
+    return cluster ? ForwardLeanKernel<T, P, 16, 1, kSingle, true>
+                   : ForwardLeanKernel<T, P, 16, 1, kSingle, false>;
   }
   return nullptr;
 }

@@ -5,6 +5,8 @@
 //   v = round_T(x + residual)                      (kept in registers, as T)
 //   LayerNorm: mean_hi = sum(v)/H; d = v - mean_hi; mean_lo = sum(d)/H;
 //              var = sum(d^2)/H - mean_lo^2; y = ((v - mean_hi) - mean_lo) * rstd
+//              (rows that span a cluster: mean_hi is the first warp's mean
+//              and the sums are merged from each warp's, RowMergeMoments)
 //   RMSNorm:   var = sum(v^2)/H; y = v * rstd
 //   rstd = 1/sqrt(var + eps) (epsilon inside the square root), all in fp32.
 // Sums are taken per thread in slot order, then by RowSum (row_reduce.cuh).
@@ -131,10 +133,8 @@ __device__ __forceinline__ void WriteOutputCached(const RowPointers<T>& r, int64
   StoreOutput<W>(r.out, r.out_dtype, index, y, vectorized);
 }
 
-// Statistics of a row held in registers: slots[k] is chunk k * row_threads +
-// team.rank; chunks at or past `chunks` are zero and ignored.
 // The statistics from the row totals of the second pass, the sums of d and
-// of d * d with d = x - mean_hi (every path ends its statistics here).
+// of d * d with d = x - mean_hi (the rows of at most one warp end here).
 __device__ __forceinline__ void FinishRowStatistics(const float (&moments)[2], float h,
                                                     float epsilon, bool layer_norm,
                                                     RowStats& stats) {
@@ -146,6 +146,51 @@ __device__ __forceinline__ void FinishRowStatistics(const float (&moments)[2], f
   }
 }
 
+// LayerNorm's statistics of a row that spans a cluster of blocks, with one
+// exchange between warps (and one between blocks) instead of two: each warp
+// takes the two passes over its own elements by shuffles (its pivot: its
+// fp32 mean, then the sums of d and d^2 with d = x - pivot), and
+// RowMergeMoments combines the warps' and blocks' moments exactly. The row's
+// mean is then pivot + sum/H (mean_hi + mean_lo) and its variance
+// squares/H - mean_lo^2, as in the two-pass form. Measured on the H200
+// (BENCHMARKS.md, round 10): it pays where the exchanges are cluster
+// barriers; for rows within a block it costs what the barrier it saves does.
+// `thread_sum` is the sum of the thread's elements in its slot order,
+// `thread_count` how many it holds; `second_pass(pivot, sum, squares)` adds
+// d and d^2 over them.
+template <typename SecondPass>
+__device__ __forceinline__ RowStats ClusterLayerNormStatistics(float thread_sum, int thread_count,
+                                                               float h, float epsilon,
+                                                               const RowTeam& team,
+                                                               ReduceScratch& scratch, int slot,
+                                                               SecondPass&& second_pass) {
+  float warp_sum[1] = {thread_sum};
+  WarpSum<1>(warp_sum, team);
+  const unsigned count = __reduce_add_sync(0xffffffffu, static_cast<unsigned>(thread_count));
+  PivotMoments warp;
+  warp.count = static_cast<float>(count);
+  // Any value near the warp's mean serves as its pivot (the moments about it
+  // are exact to rounding), so the fast division: no slow path to call while
+  // the row is in registers.
+  warp.pivot = count > 0 ? __fdividef(warp_sum[0], warp.count) : 0.0f;
+  float moments[2] = {0.0f, 0.0f};
+  second_pass(warp.pivot, moments[0], moments[1]);
+  WarpSum<2>(moments, team);
+  warp.sum = moments[0];
+  warp.squares = moments[1];
+  const PivotMoments row = RowMergeMoments(warp, team, scratch, slot);
+  RowStats stats;
+  stats.mean_hi = row.pivot;
+  stats.mean_lo = row.sum / h;
+  stats.rstd = RstdFromVariance(LayerNormVariance(row.squares, stats.mean_lo, h), epsilon);
+  return stats;
+}
+
+// The statistics of a row held in registers as V chunks of W elements,
+// chunk k of this thread at k * team.row_threads + team.rank; chunks at or
+// past `chunks` are zero and ignored. LayerNorm: two passes, each ended by
+// RowSum, for rows within a block; ClusterLayerNormStatistics for rows that
+// span a cluster. RMSNorm: one pass.
 template <typename T, int V, int W>
 __device__ __forceinline__ RowStats RowStatistics(const Pack<T, W> (&v)[V], int chunks, int hidden,
                                                   float epsilon, bool layer_norm,
@@ -153,25 +198,49 @@ __device__ __forceinline__ RowStats RowStatistics(const Pack<T, W> (&v)[V], int 
                                                   int first_slot) {
   RowStats stats;
   const float h = static_cast<float>(hidden);
-  if (layer_norm) {
-    float sum[1] = {0.0f};
+  if (!layer_norm) {
+    float squares[1] = {0.0f};
 #pragma unroll
-    for (int k = 0; k < V; ++k) sum[0] += PackSum<T, W>(v[k]);
-    RowSum<1>(sum, team, scratch, first_slot);
-    stats.mean_hi = sum[0] / h;
-  }
-  float moments[2] = {0.0f, 0.0f};
+    for (int k = 0; k < V; ++k) {
+      if (k * team.row_threads + team.rank < chunks) {
 #pragma unroll
-  for (int k = 0; k < V; ++k) {
-    if (k * team.row_threads + team.rank < chunks) {
-#pragma unroll
-      for (int j = 0; j < W; ++j) {
-        const float d = PackElement(v[k], j) - stats.mean_hi;
-        moments[0] += d;
-        moments[1] = fmaf(d, d, moments[1]);
+        for (int j = 0; j < W; ++j) {
+          const float x = PackElement(v[k], j);
+          squares[0] = fmaf(x, x, squares[0]);
+        }
       }
     }
+    RowSum<1>(squares, team, scratch, first_slot + 1);
+    stats.rstd = RstdFromVariance(squares[0] / h, epsilon);
+    return stats;
   }
+  float sum[1] = {0.0f};
+#pragma unroll
+  for (int k = 0; k < V; ++k) sum[0] += PackSum<T, W>(v[k]);
+  const auto second_pass = [&](float pivot, float& d_sum, float& d_squares) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      if (k * team.row_threads + team.rank < chunks) {
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+          const float d = PackElement(v[k], j) - pivot;
+          d_sum += d;
+          d_squares = fmaf(d, d, d_squares);
+        }
+      }
+    }
+  };
+  if (team.cluster > 1) {
+    int thread_chunks = 0;
+#pragma unroll
+    for (int k = 0; k < V; ++k) thread_chunks += k * team.row_threads + team.rank < chunks ? 1 : 0;
+    return ClusterLayerNormStatistics(sum[0], thread_chunks * W, h, epsilon, team, scratch,
+                                      first_slot, second_pass);
+  }
+  RowSum<1>(sum, team, scratch, first_slot);
+  stats.mean_hi = sum[0] / h;
+  float moments[2] = {0.0f, 0.0f};
+  second_pass(stats.mean_hi, moments[0], moments[1]);
   RowSum<2>(moments, team, scratch, first_slot + 1);
   FinishRowStatistics(moments, h, epsilon, layer_norm, stats);
   return stats;

@@ -112,9 +112,9 @@ __device__ __forceinline__ void FinishLeanRow(const DeviceSegment& s, int64_t r,
   }
 }
 
-template <typename T, typename P, int V, int W, bool kLayerNorm, bool kSingle>
+template <typename T, typename P, int V, int W, bool kLayerNorm, bool kSingle, bool kCluster>
 __device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& scratch) {
-  const RowTeam team = MakeTeam(p.shape);
+  const RowTeam team = kCluster ? MakeTeam(p.shape) : MakeBlockTeam(p.shape);
   const RowSchedule schedule = MakeSchedule(p.shape, p.row_groups);
   for (int it = 0; it < schedule.iterations; ++it) {
     const int64_t block_row = schedule.FirstRowOf(it);
@@ -176,19 +176,22 @@ inline constexpr int kLeanMinBlocks = 2;
 
 // kSingle: the launch holds one segment (read from the parameters); else the
 // segment table. Two kernels rather than a branch, so that the table's extra
-// registers do not cost the one-segment case.
-template <typename T, typename P, int V, int W, bool kSingle>
+// registers do not cost the one-segment case. kCluster: the plan's rows span
+// a cluster of blocks; its own kernels, so that the cluster steps of the
+// reductions (and the merged LayerNorm statistic's registers) do not cost
+// the plans whose rows lie within a block.
+template <typename T, typename P, int V, int W, bool kSingle, bool kCluster>
 __global__ void __launch_bounds__(kLeanMaxThreads, W == 1 ? 1 : kLeanMinBlocks)
     ForwardLeanKernel(const __grid_constant__ ForwardParams p) {
   BeginDependentGrid();
   __shared__ ReduceScratch scratch;
   if (p.op == static_cast<uint8_t>(NormOp::kLayerNorm)) {
-    LeanRows<T, P, V, W, true, kSingle>(p, scratch);
+    LeanRows<T, P, V, W, true, kSingle, kCluster>(p, scratch);
   } else {
-    LeanRows<T, P, V, W, false, kSingle>(p, scratch);
+    LeanRows<T, P, V, W, false, kSingle, kCluster>(p, scratch);
   }
   // No block of a cluster may exit while another still reads its shared memory.
-  if (p.shape.cluster > 1) ClusterSync();
+  if constexpr (kCluster) ClusterSync();
 }
 
 }  // namespace normsvc::kernels::detail

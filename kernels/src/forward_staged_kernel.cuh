@@ -127,7 +127,8 @@ __device__ __forceinline__ StagedImage<T> ImageOf(const T* x, const unsigned cha
 // hold elements: the slots past the row's end add +0.0f there, which leaves
 // a sum that starts at +0.0f unchanged, so the bits are the same. `present`
 // is the row's element count, 0 for an inactive row (which still takes part
-// in the block's reductions).
+// in the block's reductions). Staged rows lie within a block, so LayerNorm
+// takes the two-pass form.
 template <typename T>
 __device__ __forceinline__ RowStats StagedRowStatistics(const T* x, const StagedImage<T>& image,
                                                         int present, int hidden, float epsilon,
@@ -135,14 +136,22 @@ __device__ __forceinline__ RowStats StagedRowStatistics(const T* x, const Staged
                                                         ReduceScratch& scratch, int first_slot) {
   RowStats stats;
   const float h = static_cast<float>(hidden);
-  if (layer_norm) {
-    float sum[1] = {0.0f};
+  if (!layer_norm) {
+    float squares[1] = {0.0f};
     for (int element = team.rank; element < present; element += team.row_threads) {
-      sum[0] += ToFloat(image.Element(x, element));
+      const float v = ToFloat(image.Element(x, element));
+      squares[0] = fmaf(v, v, squares[0]);
     }
-    RowSum<1>(sum, team, scratch, first_slot);
-    stats.mean_hi = sum[0] / h;
+    RowSum<1>(squares, team, scratch, first_slot + 1);
+    stats.rstd = RstdFromVariance(squares[0] / h, epsilon);
+    return stats;
   }
+  float sum[1] = {0.0f};
+  for (int element = team.rank; element < present; element += team.row_threads) {
+    sum[0] += ToFloat(image.Element(x, element));
+  }
+  RowSum<1>(sum, team, scratch, first_slot);
+  stats.mean_hi = sum[0] / h;
   float moments[2] = {0.0f, 0.0f};
   for (int element = team.rank; element < present; element += team.row_threads) {
     const float d = ToFloat(image.Element(x, element)) - stats.mean_hi;
@@ -174,7 +183,7 @@ template <typename T, typename P, bool kLayerNorm>
 __device__ __forceinline__ void StagedRows(const ForwardParams& p, unsigned char* images,
                                            ReduceScratch& scratch) {
   const DeviceSegment& s = p.single;
-  const RowTeam team = MakeTeam(p.shape);
+  const RowTeam team = MakeBlockTeam(p.shape);  // staged plans lie within a block
   const RowSchedule schedule = MakeSchedule(p.shape, p.row_groups);
   const int64_t row_bytes = static_cast<int64_t>(s.hidden) * sizeof(T);
   const uint32_t image_bytes = StagedBufferBytes(s.hidden, sizeof(T));

@@ -26,9 +26,21 @@ namespace normsvc::kernels::detail {
 
 inline constexpr int kReduceSlots = 6;
 
+// Moments of a part of a row about a pivot, the state LayerNorm's statistic
+// merges (RowMergeMoments): `count` elements, `sum` and `squares` the sums of
+// (x - pivot) and (x - pivot)^2 over them.
+struct PivotMoments {
+  float pivot;
+  float sum;
+  float squares;
+  float count;
+};
+
 struct alignas(16) ReduceScratch {
   float warp[kReduceSlots][32][2];
   float block[kReduceSlots][2];
+  PivotMoments warp_moments[kReduceSlots][32];
+  PivotMoments block_moments[kReduceSlots];
 };
 
 struct RowTeam {
@@ -41,19 +53,27 @@ struct RowTeam {
 // The team of the calling thread for rows laid out as `shape` says. In-block
 // row teams are powers of two (launch_plan.h), so shifts and masks place a
 // thread; a cluster's block rank is the hardware's.
+// For launches whose rows lie within a block (shape.cluster == 1): the
+// cluster is the constant 1, so RowSum and the statistics compile without
+// their cluster steps.
+__device__ __forceinline__ RowTeam MakeBlockTeam(const RowShape& shape) {
+  RowTeam team;
+  team.row_threads = shape.row_threads;
+  team.cluster = 1;
+  const int shift = __ffs(shape.row_threads) - 1;
+  team.group = static_cast<int>(threadIdx.x) >> shift;
+  team.rank = static_cast<int>(threadIdx.x) & (shape.row_threads - 1);
+  return team;
+}
+
 __device__ __forceinline__ RowTeam MakeTeam(const RowShape& shape) {
+  if (shape.cluster == 1) return MakeBlockTeam(shape);
   RowTeam team;
   team.row_threads = shape.row_threads;
   team.cluster = shape.cluster;
-  if (shape.cluster > 1) {
-    const int rank_of_block = static_cast<int>(cooperative_groups::this_cluster().block_rank());
-    team.rank = rank_of_block * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
-    team.group = 0;
-  } else {
-    const int shift = __ffs(shape.row_threads) - 1;
-    team.group = static_cast<int>(threadIdx.x) >> shift;
-    team.rank = static_cast<int>(threadIdx.x) & (shape.row_threads - 1);
-  }
+  const int rank_of_block = static_cast<int>(cooperative_groups::this_cluster().block_rank());
+  team.rank = rank_of_block * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+  team.group = 0;
   return team;
 }
 
@@ -94,10 +114,10 @@ __device__ __forceinline__ RowSchedule MakeSchedule(const RowShape& shape, int64
 
 __device__ __forceinline__ void ClusterSync() { cooperative_groups::this_cluster().sync(); }
 
+// Step 1 of RowSum: the sums over the row's lanes of this warp (all of them
+// for a row of a warp or more), the same bits in every lane.
 template <int N>
-__device__ __forceinline__ void RowSum(float (&v)[N], const RowTeam& team, ReduceScratch& scratch,
-                                       int slot) {
-  static_assert(N >= 1 && N <= 2, "RowSum adds one or two values");
+__device__ __forceinline__ void WarpSum(float (&v)[N], const RowTeam& team) {
   if (team.row_threads >= 32) {
 #pragma unroll
     for (int offset = 1; offset < 32; offset <<= 1) {
@@ -110,13 +130,11 @@ __device__ __forceinline__ void RowSum(float (&v)[N], const RowTeam& team, Reduc
       for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
     }
   }
-  if (team.row_threads <= 32) return;
+}
 
-  const int warp = static_cast<int>(threadIdx.x) >> 5;
-  if ((threadIdx.x & 31) == 0) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) scratch.warp[slot][warp][i] = v[i];
-  }
+// Waits until every warp of the calling thread's row has reached this point:
+// the row's own named barrier in a block of several rows, else the block's.
+__device__ __forceinline__ void RowBarrier(const RowTeam& team) {
   if (team.cluster == 1) {
     // Only this row's warps read its warp totals: the rows of a block wait
     // on their own barriers (1 + group; 0 is __syncthreads') instead of on
@@ -125,10 +143,30 @@ __device__ __forceinline__ void RowSum(float (&v)[N], const RowTeam& team, Reduc
   } else {
     __syncthreads();
   }
+}
+
+// The row's warps in this block: a power of two (in-block rows are powers of
+// two warps, launch_plan.h; a cluster's block is a power of two warps).
+__device__ __forceinline__ int WarpsPerBlockRow(const RowTeam& team) {
   const int block_row_threads = team.cluster > 1 ? static_cast<int>(blockDim.x) : team.row_threads;
-  const int warps_per_row = block_row_threads >> 5;
-  // In-block rows are powers of two warps (launch_plan.h); a cluster's block
-  // and a streamed row's block are powers of two warps starting at warp 0.
+  return block_row_threads >> 5;
+}
+
+template <int N>
+__device__ __forceinline__ void RowSum(float (&v)[N], const RowTeam& team, ReduceScratch& scratch,
+                                       int slot) {
+  static_assert(N >= 1 && N <= 2, "RowSum adds one or two values");
+  WarpSum<N>(v, team);
+  if (team.row_threads <= 32) return;
+
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) scratch.warp[slot][warp][i] = v[i];
+  }
+  RowBarrier(team);
+  const int warps_per_row = WarpsPerBlockRow(team);
+  // A cluster's block and a streamed row's block start at warp 0.
   const int first_warp = warp & ~(warps_per_row - 1);
   // Every group of warps_per_row lanes takes the row's warp totals in warp
   // order and adds them by butterfly: each group does the same additions on
@@ -157,6 +195,68 @@ __device__ __forceinline__ void RowSum(float (&v)[N], const RowTeam& team, Reduc
     }
     v[i] = total;
   }
+}
+
+// `part`'s moments about another pivot. Exact algebra: over the part's
+// elements, with delta = part.pivot - pivot,
+//   sum(x - pivot)     = part.sum + part.count * delta
+//   sum((x - pivot)^2) = part.squares + delta * (2 part.sum + part.count * delta).
+// Written with explicit round-to-nearest intrinsics (no contraction chosen by
+// the compiler), so every caller gets the same bits for the same values.
+__device__ __forceinline__ PivotMoments RecenterMoments(const PivotMoments& part, float pivot) {
+  const float delta = __fsub_rn(part.pivot, pivot);
+  PivotMoments m;
+  m.pivot = pivot;
+  m.sum = __fmaf_rn(part.count, delta, part.sum);
+  m.squares =
+      __fmaf_rn(delta, __fmaf_rn(part.count, delta, __fadd_rn(part.sum, part.sum)), part.squares);
+  m.count = part.count;
+  return m;
+}
+
+// The moments of the whole row from each warp's (`warp`: the same value in
+// every lane of the warp), in one exchange: the warps' moments through shared
+// memory and one barrier, each recentred on the pivot of the row's first warp
+// and added by butterfly in warp order (RowSum's step 2, the same bits in
+// every lane); for a row that spans a cluster, then each block's moments
+// through distributed shared memory, recentred on block 0's pivot and added
+// in rank order. The pivot is the mean of the first warp's (block's) c of the
+// row's n elements, which bounds the cancellation in the final variance:
+// (pivot - mean)^2 <= (n / c - 1) * variance. Rows of more than one warp,
+// whose first warp holds elements (a row fills its threads in rank order);
+// the slot contract is RowSum's.
+__device__ __forceinline__ PivotMoments RowMergeMoments(const PivotMoments& warp,
+                                                        const RowTeam& team, ReduceScratch& scratch,
+                                                        int slot) {
+  const int warp_index = static_cast<int>(threadIdx.x) >> 5;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  if (lane == 0) scratch.warp_moments[slot][warp_index] = warp;
+  RowBarrier(team);
+  const int warps_per_row = WarpsPerBlockRow(team);
+  const int first_warp = warp_index & ~(warps_per_row - 1);
+  PivotMoments m =
+      RecenterMoments(scratch.warp_moments[slot][first_warp + (lane & (warps_per_row - 1))],
+                      scratch.warp_moments[slot][first_warp].pivot);
+  for (int offset = 1; offset < warps_per_row; offset <<= 1) {
+    m.sum += __shfl_xor_sync(0xffffffffu, m.sum, offset);
+    m.squares += __shfl_xor_sync(0xffffffffu, m.squares, offset);
+    m.count += __shfl_xor_sync(0xffffffffu, m.count, offset);
+  }
+  if (team.cluster == 1) return m;
+
+  if (threadIdx.x == 0) scratch.block_moments[slot] = m;
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  cluster.sync();
+  PivotMoments total = *cluster.map_shared_rank(&scratch.block_moments[slot], 0);
+#pragma unroll 1
+  for (int r = 1; r < team.cluster; ++r) {
+    const PivotMoments block =
+        RecenterMoments(*cluster.map_shared_rank(&scratch.block_moments[slot], r), total.pivot);
+    total.sum = __fadd_rn(total.sum, block.sum);
+    total.squares = __fadd_rn(total.squares, block.squares);
+    total.count = __fadd_rn(total.count, block.count);
+  }
+  return total;
 }
 
 // Row statistics from per-thread partial sums, in the order every path uses.

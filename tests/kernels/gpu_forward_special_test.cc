@@ -1,9 +1,11 @@
 // Forward on special rows (near-constant, zero variance, large mean with a
-// small spread, tiny fp16 values, NaN/Inf), batch invariance of a row's bits
+// small spread, the same with a step between parts of the row, tiny fp16
+// values, NaN/Inf), batch invariance of a row's bits
 // under multi-segment launches, and the launchers' argument checks.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <vector>
@@ -20,7 +22,16 @@ namespace normsvc::kernels::testing {
 namespace {
 
 // Row kinds written over the random rows of a case.
-enum class RowKind { kNearConstant, kZeroVariance, kLargeMean, kTiny, kNaN, kInf, kRandom };
+enum class RowKind {
+  kNearConstant,
+  kZeroVariance,
+  kLargeMean,
+  kSteppedLargeMean,
+  kTiny,
+  kNaN,
+  kInf,
+  kRandom
+};
 
 void WriteRow(HostTensor& t, int64_t r, RowKind kind, std::mt19937_64& rng) {
   std::normal_distribution<double> normal(0.0, 1.0);
@@ -35,6 +46,14 @@ void WriteRow(HostTensor& t, int64_t r, RowKind kind, std::mt19937_64& rng) {
         break;
       case RowKind::kLargeMean:
         value = 1e4 + 1e-2 * normal(rng);
+        break;
+      case RowKind::kSteppedLargeMean:
+        // A quarter of each 1024 columns sits 3 spreads higher: the parts of
+        // the row that different warps hold have different means (the merged
+        // LayerNorm statistic of rows that span a cluster keeps the first
+        // warp's mean as its pivot, 1.4 standard deviations from the row's
+        // at H = 65536).
+        value = 1e4 + 1e-2 * normal(rng) + (c % 1024 < 256 ? 3e-2 : 0.0);
         break;
       case RowKind::kTiny:
         value = 1e-4 * normal(rng);
@@ -55,16 +74,17 @@ void WriteRow(HostTensor& t, int64_t r, RowKind kind, std::mt19937_64& rng) {
 TEST(ForwardSpecialRows, MatchReferenceIncludingNaNAndInf) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("special rows");
-  const RowKind kinds[] = {RowKind::kNearConstant, RowKind::kZeroVariance, RowKind::kLargeMean,
-                           RowKind::kTiny,         RowKind::kNaN,          RowKind::kInf,
-                           RowKind::kRandom};
+  const RowKind kinds[] = {RowKind::kNearConstant, RowKind::kZeroVariance,
+                           RowKind::kLargeMean,    RowKind::kSteppedLargeMean,
+                           RowKind::kTiny,         RowKind::kNaN,
+                           RowKind::kInf,          RowKind::kRandom};
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
       for (int64_t hidden : {64, 768, 2049, 4096, 8191, 65536, 262144}) {
         ForwardSpec spec;
         spec.op = op;
         spec.x_dtype = spec.out_dtype = spec.param_dtype = dtype;
-        spec.rows = 7;
+        spec.rows = std::size(kinds);
         spec.hidden = hidden;
         spec.stats = true;
         ForwardCase c(spec, rng);
