@@ -9,26 +9,39 @@
 
 namespace normsvc::kernels::detail {
 
-template <typename T, int V, bool kFull, bool kAligned>
+template <typename T, int V, bool kFull, bool kAligned, bool kCluster>
 BackwardKernel StagedBackwardKernelFor(NormOp op, bool saved_stats) {
   constexpr int kW = static_cast<int>(16 / sizeof(T));
   if (op == NormOp::kLayerNorm) {
-    return saved_stats ? BackwardStagedKernel<T, V, kW, kFull, true, true, kAligned>
-                       : BackwardStagedKernel<T, V, kW, kFull, true, false, kAligned>;
+    return saved_stats ? BackwardStagedKernel<T, V, kW, kFull, true, true, kAligned, kCluster>
+                       : BackwardStagedKernel<T, V, kW, kFull, true, false, kAligned, kCluster>;
   }
-  return saved_stats ? BackwardStagedKernel<T, V, kW, kFull, false, true, kAligned>
-                     : BackwardStagedKernel<T, V, kW, kFull, false, false, kAligned>;
+  return saved_stats ? BackwardStagedKernel<T, V, kW, kFull, false, true, kAligned, kCluster>
+                     : BackwardStagedKernel<T, V, kW, kFull, false, false, kAligned, kCluster>;
+}
+
+template <typename T, int V, bool kCluster>
+BackwardKernel StagedBackwardKernelFor(const KernelPlan& plan, int64_t hidden, NormOp op,
+                                       bool saved_stats, bool aligned) {
+  if (!aligned) return StagedBackwardKernelFor<T, V, false, false, kCluster>(op, saved_stats);
+  const bool full = hidden == static_cast<int64_t>(V) * plan.width * plan.row_threads;
+  return full ? StagedBackwardKernelFor<T, V, true, true, kCluster>(op, saved_stats)
+              : StagedBackwardKernelFor<T, V, false, true, kCluster>(op, saved_stats);
 }
 
 // Rows that do not allow 16-byte accesses take the kernels that test every
-// chunk (kFull false): alignment never changes which arithmetic runs.
+// chunk (kFull false): alignment never changes which arithmetic runs. Only
+// two-slot plans span clusters (PlanBackward); they have kernels of their own.
 template <typename T, int V>
 BackwardKernel StagedBackwardKernelFor(const KernelPlan& plan, int64_t hidden, NormOp op,
                                        bool saved_stats, bool aligned) {
-  if (!aligned) return StagedBackwardKernelFor<T, V, false, false>(op, saved_stats);
-  const bool full = hidden == static_cast<int64_t>(V) * plan.width * plan.row_threads;
-  return full ? StagedBackwardKernelFor<T, V, true, true>(op, saved_stats)
-              : StagedBackwardKernelFor<T, V, false, true>(op, saved_stats);
+  if constexpr (V == 2) {
+    if (plan.cluster > 1) {
+      return StagedBackwardKernelFor<T, V, true>(plan, hidden, op, saved_stats, aligned);
+    }
+  }
+  if (plan.cluster > 1) return nullptr;
+  return StagedBackwardKernelFor<T, V, false>(plan, hidden, op, saved_stats, aligned);
 }
 
 // `op`, `saved_stats` and `aligned` select among the staged kernels (the

@@ -66,7 +66,7 @@ __device__ __forceinline__ void StagedBackwardRows(const BackwardParams& p, cons
   const int groups = p.shape.groups;
   const int chunks = p.hidden / W;
   const float h = static_cast<float>(p.hidden);
-  const int64_t unit = blockIdx.x / p.shape.cluster;
+  const int64_t unit = blockIdx.x / team.cluster;
   const int64_t begin = unit * p.rows_per_unit;
   const int64_t end = min(p.rows, begin + p.rows_per_unit);
   const int iterations = static_cast<int>((end - begin + groups - 1) / groups);
@@ -230,8 +230,11 @@ inline constexpr int kStagedBoundThreads = sizeof(T) == 4 ? 1024 : kBackwardStag
 // 16-byte accesses (BackwardParams::vectorized). One kernel each: inlined
 // together in one kernel, the row loops cost spills that none of them needs
 // alone, and a run-time alignment test costs predicated instructions in every
-// chunk access.
-template <typename T, int V, int W, bool kFull, bool kLayerNorm, bool kSaved, bool kAligned>
+// chunk access. kCluster: the plan's rows span a cluster of blocks; the
+// kernels of in-block plans compile without the cluster steps of the
+// reductions.
+template <typename T, int V, int W, bool kFull, bool kLayerNorm, bool kSaved, bool kAligned,
+          bool kCluster>
 __global__ void __launch_bounds__(kStagedBoundThreads<T>, 1)
     BackwardStagedKernel(const __grid_constant__ BackwardParams p) {
   static_assert(sizeof(Pack<T, W>) == 16, "a slot holds one 16-byte chunk");
@@ -242,8 +245,8 @@ __global__ void __launch_bounds__(kStagedBoundThreads<T>, 1)
   // [stage][x V | dy V][thread] (BackwardStagedSmemBytes in launch_plan.h).
   extern __shared__ uint4 ring[];
   const RowShape& shape = p.shape;
-  const RowTeam team = MakeTeam(shape);
-  const int64_t unit = blockIdx.x / shape.cluster;
+  const RowTeam team = MakeTeamFor<kCluster>(shape);
+  const int64_t unit = blockIdx.x / team.cluster;
   const int chunks = p.hidden / W;
 
   float dgamma[V][W];
@@ -269,7 +272,7 @@ __global__ void __launch_bounds__(kStagedBoundThreads<T>, 1)
   float* const partials[2] = {p.dgamma_partial, kLayerNorm ? p.dbeta_partial : nullptr};
   WriteUnitPartials<V, W>(partials, unit * static_cast<int64_t>(p.hidden), p.hidden, team,
                           shape.groups, reinterpret_cast<float*>(ring), dgamma, dbeta);
-  if (shape.cluster > 1) ClusterSync();
+  if constexpr (kCluster) ClusterSync();
 }
 
 }  // namespace normsvc::kernels::detail

@@ -114,7 +114,7 @@ __device__ __forceinline__ void FinishLeanRow(const DeviceSegment& s, int64_t r,
 
 template <typename T, typename P, int V, int W, bool kLayerNorm, bool kSingle, bool kCluster>
 __device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& scratch) {
-  const RowTeam team = kCluster ? MakeTeam(p.shape) : MakeBlockTeam(p.shape);
+  const RowTeam team = MakeTeamFor<kCluster>(p.shape);
   const RowSchedule schedule = MakeSchedule(p.shape, p.row_groups);
   for (int it = 0; it < schedule.iterations; ++it) {
     const int64_t block_row = schedule.FirstRowOf(it);

@@ -66,8 +66,9 @@ __device__ __forceinline__ RowTeam MakeBlockTeam(const RowShape& shape) {
   return team;
 }
 
-__device__ __forceinline__ RowTeam MakeTeam(const RowShape& shape) {
-  if (shape.cluster == 1) return MakeBlockTeam(shape);
+// For launches whose rows span a cluster (shape.cluster > 1): one row a
+// cluster, so the in-block steps for several rows a block compile away.
+__device__ __forceinline__ RowTeam MakeClusterTeam(const RowShape& shape) {
   RowTeam team;
   team.row_threads = shape.row_threads;
   team.cluster = shape.cluster;
@@ -75,6 +76,21 @@ __device__ __forceinline__ RowTeam MakeTeam(const RowShape& shape) {
   team.rank = rank_of_block * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
   team.group = 0;
   return team;
+}
+
+__device__ __forceinline__ RowTeam MakeTeam(const RowShape& shape) {
+  return shape.cluster == 1 ? MakeBlockTeam(shape) : MakeClusterTeam(shape);
+}
+
+// The team for kernels compiled for one kind of plan (kCluster: rows that
+// span a cluster; else rows within a block).
+template <bool kCluster>
+__device__ __forceinline__ RowTeam MakeTeamFor(const RowShape& shape) {
+  if constexpr (kCluster) {
+    return MakeClusterTeam(shape);
+  } else {
+    return MakeBlockTeam(shape);
+  }
 }
 
 // Rows of a persistent launch: a block (or cluster) takes row groups
