@@ -57,13 +57,18 @@ BackwardKernel BackwardKernelFor(const KernelPlan& plan, int64_t hidden, NormOp 
         return StagedBackwardKernelFor<T, 1>(plan, hidden, op, saved_stats, aligned);
       if (plan.slots == 2)
         return StagedBackwardKernelFor<T, 2>(plan, hidden, op, saved_stats, aligned);
+      // Four-slot plans are fp32 rows that span clusters (PlanBackward).
       if constexpr (kVectorWidth == 4) {
-        if (plan.slots == 4) return BackwardRowsKernel<T, 4, kVectorWidth>;
+        if (plan.slots == 4 && plan.cluster > 1)
+          return BackwardRowsKernel<T, 4, kVectorWidth, true>;
       }
       return nullptr;
     case Layout::kStrided:
-      if (plan.slots == 1) return BackwardRowsKernel<T, 1, 1>;
-      if (plan.slots == 8) return BackwardRowsKernel<T, 8, 1>;
+      if (plan.slots == 1 && plan.cluster == 1) return BackwardRowsKernel<T, 1, 1, false>;
+      if (plan.slots == 8) {
+        return plan.cluster > 1 ? BackwardRowsKernel<T, 8, 1, true>
+                                : BackwardRowsKernel<T, 8, 1, false>;
+      }
       return nullptr;
     case Layout::kStreamed:
       return BackwardStreamedKernel<T>;

@@ -91,15 +91,17 @@ __device__ __forceinline__ void WriteUnitPartials(float* const (&partials)[2], i
 }
 
 // Persistent over the unit's rows: the next row's x and dy (and saved
-// statistics) are loaded while the current row is processed.
-template <typename T, int V, int W>
+// statistics) are loaded while the current row is processed. kCluster: the
+// plan's rows span a cluster of blocks (the kernels of in-block plans compile
+// without the cluster steps of the reductions).
+template <typename T, int V, int W, bool kCluster>
 __global__ void __launch_bounds__(512, 1)
     BackwardRowsKernel(const __grid_constant__ BackwardParams p) {
   __shared__ ReduceScratch scratch;
   extern __shared__ float combine[];  // [groups][row_threads * V * W] when groups > 1
   const RowShape& shape = p.shape;
-  const RowTeam team = MakeTeam(shape);
-  const int64_t unit = blockIdx.x / shape.cluster;
+  const RowTeam team = MakeTeamFor<kCluster>(shape);
+  const int64_t unit = blockIdx.x / team.cluster;
   const bool layer_norm = p.op == static_cast<uint8_t>(NormOp::kLayerNorm);
   const bool vectorized = p.vectorized != 0;
   const int chunks = p.hidden / W;
@@ -219,7 +221,7 @@ __global__ void __launch_bounds__(512, 1)
   float* const partials[2] = {p.dgamma_partial, p.dbeta_partial};
   WriteUnitPartials<V, W>(partials, unit * static_cast<int64_t>(p.hidden), p.hidden, team,
                           shape.groups, combine, dgamma, dbeta);
-  if (shape.cluster > 1) ClusterSync();
+  if constexpr (kCluster) ClusterSync();
 }
 
 // Rows too long for registers: one block of 1024 threads per unit; x and dy
