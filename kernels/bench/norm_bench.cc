@@ -4,8 +4,11 @@
 //   norm_bench [--json PATH] [--iterations N] [--quick] [--forward-only]
 //              [--backward-only] [--hidden H] [--dtype bf16|fp32]
 //              [--ring off|two-block-clusters|every-plan]
+//              [--param_staging off|one-wave]
 // --ring sets which one-segment launches take the ring kernel
-// (kernels/src/ring_policy.h; default two-block-clusters); the JSON records it.
+// (kernels/src/ring_policy.h; default two-block-clusters); --param_staging
+// which ones stage gamma/beta in shared memory (kernels/src/param_staging.h;
+// default one-wave); the JSON records both.
 // --backward-only, --hidden and --dtype narrow the large shapes to the cases
 // named (for profiling one kernel); the small-batch and multi-segment cases
 // run only when neither --hidden nor --backward-only is given.
@@ -28,6 +31,7 @@
 #include "bench_timing.h"
 #include "launch_plan.h"
 #include "normsvc/kernels/gpu.h"
+#include "param_staging.h"
 #include "ring_policy.h"
 
 namespace normsvc::bench {
@@ -305,6 +309,29 @@ const char* RingPolicyName(kernels::detail::RingPolicy policy) {
   return "?";
 }
 
+// The --param_staging names of the policies.
+constexpr std::pair<const char*, kernels::detail::ParamStaging> kParamStagings[] = {
+    {"off", kernels::detail::ParamStaging::kOff},
+    {"one-wave", kernels::detail::ParamStaging::kOneWave},
+};
+
+bool ParseParamStaging(const std::string& name, kernels::detail::ParamStaging* policy) {
+  for (const auto& [n, p] : kParamStagings) {
+    if (name == n) {
+      *policy = p;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* ParamStagingName(kernels::detail::ParamStaging policy) {
+  for (const auto& [n, p] : kParamStagings) {
+    if (policy == p) return n;
+  }
+  return "?";
+}
+
 void WriteJson(const char* path, const std::vector<Record>& records, const cudaDeviceProp& prop) {
   FILE* f = std::fopen(path, "w");
   if (f == nullptr) {
@@ -313,9 +340,10 @@ void WriteJson(const char* path, const std::vector<Record>& records, const cudaD
   }
   std::fprintf(f,
                "{\"device\": \"%s\", \"sm_count\": %d, \"l2_bytes\": %d, \"ring\": \"%s\", "
-               "\"records\": [\n",
+               "\"param_staging\": \"%s\", \"records\": [\n",
                prop.name, prop.multiProcessorCount, prop.l2CacheSize,
-               RingPolicyName(kernels::detail::GetRingPolicy()));
+               RingPolicyName(kernels::detail::GetRingPolicy()),
+               ParamStagingName(kernels::detail::GetParamStaging()));
   for (std::size_t i = 0; i < records.size(); ++i) {
     const Record& r = records[i];
     std::fprintf(f,
@@ -369,18 +397,27 @@ int main(int argc, char** argv) {
         return 2;
       }
       normsvc::kernels::detail::SetRingPolicy(policy);
+    } else if (!std::strcmp(argv[i], "--param_staging") && i + 1 < argc) {
+      normsvc::kernels::detail::ParamStaging policy;
+      if (!ParseParamStaging(argv[++i], &policy)) {
+        std::fprintf(stderr, "norm_bench: unknown --param_staging %s (off, one-wave)\n", argv[i]);
+        return 2;
+      }
+      normsvc::kernels::detail::SetParamStaging(policy);
     } else {
       std::fprintf(stderr,
                    "usage: norm_bench [--json PATH] [--iterations N] [--quick] [--forward-only]\n"
                    "                  [--backward-only] [--hidden H] [--dtype bf16|fp32]\n"
-                   "                  [--ring off|two-block-clusters|every-plan]\n");
+                   "                  [--ring off|two-block-clusters|every-plan]\n"
+                   "                  [--param_staging off|one-wave]\n");
       return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }
   }
   cudaDeviceProp prop;
   Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  std::printf("device: %s, %d SMs, L2 %d MB, ring %s\n", prop.name, prop.multiProcessorCount,
-              prop.l2CacheSize >> 20, RingPolicyName(GetRingPolicy()));
+  std::printf("device: %s, %d SMs, L2 %d MB, ring %s, param_staging %s\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20, RingPolicyName(GetRingPolicy()),
+              ParamStagingName(normsvc::kernels::detail::GetParamStaging()));
   cudaStream_t stream;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   std::vector<Record> records;

@@ -60,6 +60,20 @@ ForwardKernel LeanForwardKernelFor(const KernelPlan& plan, bool single) {
   return single ? LeanForwardKernelFor<T, P, true>(plan) : LeanForwardKernelFor<T, P, false>(plan);
 }
 
+// The specialized kernel that stages gamma/beta (= T) in shared memory (see
+// UsesParamStaging in kernel_registry.h): one in-block segment.
+template <typename T>
+ForwardKernel ParamStagedForwardKernelFor(const KernelPlan& plan) {
+  constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
+  if (plan.layout != Layout::kVector || plan.width != kVectorWidth || plan.cluster != 1) {
+    return nullptr;
+  }
+  if (plan.slots == 1) return ForwardLeanKernel<T, T, 1, kVectorWidth, true, false, true>;
+  if (plan.slots == 2) return ForwardLeanKernel<T, T, 2, kVectorWidth, true, false, true>;
+  if (plan.slots == 4) return ForwardLeanKernel<T, T, 4, kVectorWidth, true, false, true>;
+  return nullptr;
+}
+
 // The staged kernel (see UsesStagedForward in kernel_registry.h), with
 // gamma/beta in dtype P.
 template <typename T, typename P>

@@ -5,8 +5,9 @@
 //   v = round_T(x + residual)                      (kept in registers, as T)
 //   LayerNorm: mean_hi = sum(v)/H; d = v - mean_hi; mean_lo = sum(d)/H;
 //              var = sum(d^2)/H - mean_lo^2; y = ((v - mean_hi) - mean_lo) * rstd
-//              (rows that span a cluster: mean_hi is the first warp's mean
-//              and the sums are merged from each warp's, RowMergeMoments)
+//              (rows that span a cluster: mean_hi is the count-weighted mean
+//              of the warps' fp32 means and the sums are merged from each
+//              warp's, RowMergeMoments)
 //   RMSNorm:   var = sum(v^2)/H; y = v * rstd
 //   rstd = 1/sqrt(var + eps) (epsilon inside the square root), all in fp32.
 // Sums are taken per thread in slot order, then by RowSum (row_reduce.cuh).
@@ -150,9 +151,10 @@ __device__ __forceinline__ void FinishRowStatistics(const float (&moments)[2], f
 // exchange between warps (and one between blocks) instead of two: each warp
 // takes the two passes over its own elements by shuffles (its pivot: its
 // fp32 mean, then the sums of d and d^2 with d = x - pivot), and
-// RowMergeMoments combines the warps' and blocks' moments exactly. The row's
-// mean is then pivot + sum/H (mean_hi + mean_lo) and its variance
-// squares/H - mean_lo^2, as in the two-pass form. Measured on the H200
+// RowMergeMoments combines the warps' and blocks' moments exactly about the
+// weighted mean of their pivots. The row's mean is then pivot + sum/H
+// (mean_hi + mean_lo) and its variance squares/H - mean_lo^2, as in the
+// two-pass form, with as little cancellation. Measured on the H200
 // (BENCHMARKS.md, round 10): it pays where the exchanges are cluster
 // barriers; for rows within a block it costs what the barrier it saves does.
 // `thread_sum` is the sum of the thread's elements in its slot order,

@@ -14,6 +14,7 @@
 #include "launch_plan.h"
 #include "normsvc/kernels/gpu.h"
 #include "param_cache.cuh"
+#include "param_staging.h"
 #include "ring_policy.h"
 #include "segment_index.h"
 
@@ -60,12 +61,36 @@ ForwardKernel FindRingForwardKernel(DType x_dtype, const KernelPlan& plan, DType
   return nullptr;
 }
 
+ForwardKernel FindParamStagedForwardKernel(DType x_dtype, const KernelPlan& plan) {
+  switch (x_dtype) {
+    case DType::kF32:
+      return FindParamStagedForwardKernelF32(plan);
+    case DType::kF16:
+      return FindParamStagedForwardKernelF16(plan);
+    case DType::kBF16:
+      return FindParamStagedForwardKernelBF16(plan);
+  }
+  return nullptr;
+}
+
 namespace {
 
 std::atomic<RingPolicy> ring_policy{RingPolicy::kTwoBlockClusters};
 std::atomic<int64_t> ring_launches{0};
+std::atomic<ParamStaging> param_staging{ParamStaging::kOneWave};
+std::atomic<int64_t> param_staged_launches{0};
 
 }  // namespace
+
+ParamStaging GetParamStaging() { return param_staging.load(std::memory_order_relaxed); }
+
+void SetParamStaging(ParamStaging policy) {
+  param_staging.store(policy, std::memory_order_relaxed);
+}
+
+int64_t ParamStagedForwardLaunches() {
+  return param_staged_launches.load(std::memory_order_relaxed);
+}
 
 RingPolicy GetRingPolicy() { return ring_policy.load(std::memory_order_relaxed); }
 
@@ -198,6 +223,23 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
     if (resident > 0 && params.row_groups > resident) {
       const Status launched = LaunchPersistent(ring, plan, smem, resident, params, stream);
       if (launched.ok()) detail::ring_launches.fetch_add(1, std::memory_order_relaxed);
+      return launched;
+    }
+  }
+  if (detail::UsesParamStaging(plan, fast, params.segment_count == 1, x_dtype, param_dtype,
+                               detail::GetParamStaging())) {
+    // Only for launches of one wave (every block resident at once, a small
+    // batch): there the parameters' load after the statistics is on the
+    // launch's critical path; in longer launches other blocks hide it, and
+    // staging would add its copies to every block.
+    const detail::ForwardKernel staged = detail::FindParamStagedForwardKernel(x_dtype, plan);
+    if (staged == nullptr) return Status(Code::kInternal, "no parameter-staging forward kernel");
+    const std::size_t smem = detail::ParamStagingBytes(plan);
+    const int64_t resident = ResidentUnits(staged, plan, smem);
+    if (resident > 0 && params.row_groups <= resident) {
+      const Status launched = detail::LaunchWithPlan(staged, plan, params.row_groups, smem, params,
+                                                     stream, kEarlyLaunch);
+      if (launched.ok()) detail::param_staged_launches.fetch_add(1, std::memory_order_relaxed);
       return launched;
     }
   }

@@ -19,4 +19,8 @@ ForwardKernel FindRingForwardKernelBF16(const KernelPlan& plan, DType param_dtyp
                                     : RingForwardKernelFor<__nv_bfloat16, __nv_bfloat16>(plan);
 }
 
+ForwardKernel FindParamStagedForwardKernelBF16(const KernelPlan& plan) {
+  return ParamStagedForwardKernelFor<__nv_bfloat16>(plan);
+}
+
 }  // namespace normsvc::kernels::detail

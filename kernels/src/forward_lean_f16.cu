@@ -18,4 +18,8 @@ ForwardKernel FindRingForwardKernelF16(const KernelPlan& plan, DType param_dtype
                                     : RingForwardKernelFor<__half, __half>(plan);
 }
 
+ForwardKernel FindParamStagedForwardKernelF16(const KernelPlan& plan) {
+  return ParamStagedForwardKernelFor<__half>(plan);
+}
+
 }  // namespace normsvc::kernels::detail

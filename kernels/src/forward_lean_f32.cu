@@ -15,4 +15,8 @@ ForwardKernel FindRingForwardKernelF32(const KernelPlan& plan, DType param_dtype
   return param_dtype == DType::kF32 ? RingForwardKernelFor<float, float>(plan) : nullptr;
 }
 
+ForwardKernel FindParamStagedForwardKernelF32(const KernelPlan& plan) {
+  return ParamStagedForwardKernelFor<float>(plan);
+}
+
 }  // namespace normsvc::kernels::detail

@@ -27,6 +27,7 @@
 
 #include <type_traits>
 
+#include "async_copy.cuh"
 #include "forward_kernel.cuh"
 #include "segment_lookup.cuh"
 
@@ -52,10 +53,29 @@ __device__ __forceinline__ void StoreFastChunk(T* p, const Pack<T, W>& pack) {
   }
 }
 
-template <typename T, typename P, int V, int W, bool kLayerNorm, bool kGamma, bool kBeta>
+// A thread's gamma/beta chunks staged in shared memory (ForwardLeanKernel's
+// kStageParams): slot (q * V + k) * stride of `base` holds chunk k of gamma
+// (q = 0) or beta (q = 1), 16 bytes (P is T), copied by this thread alone.
+struct StagedParams {
+  const uint4* base = nullptr;
+  int stride = 0;
+};
+
+template <typename P, int W>
+__device__ __forceinline__ void ReadStagedParams(const uint4& slot, float (&v)[W]) {
+  static_assert(sizeof(P) * W == 16, "a staged chunk is 16 bytes");
+  Pack<P, W> pack;
+  reinterpret_cast<uint4&>(pack) = slot;
+#pragma unroll
+  for (int j = 0; j < W; ++j) v[j] = PackElement(pack, j);
+}
+
+template <typename T, typename P, int V, int W, bool kLayerNorm, bool kGamma, bool kBeta,
+          bool kStaged = false>
 __device__ __forceinline__ void WriteLeanRow(const DeviceSegment& s, T* out,
                                              const Pack<T, W> (&v)[V], const RowStats& stats,
-                                             const RowTeam& team, int chunks) {
+                                             const RowTeam& team, int chunks,
+                                             StagedParams staged = {}) {
   const P* gamma = static_cast<const P*>(s.gamma);
   const P* beta = static_cast<const P*>(s.beta);
 #pragma unroll
@@ -65,8 +85,13 @@ __device__ __forceinline__ void WriteLeanRow(const DeviceSegment& s, T* out,
     const int64_t index = static_cast<int64_t>(chunk) * W;
     float g[W] = {};
     float b[W] = {};
-    if constexpr (kGamma) LoadParamsAs<P, W>(gamma + index, true, g);
-    if constexpr (kBeta) LoadParamsAs<P, W>(beta + index, true, b);
+    if constexpr (kStaged) {
+      if constexpr (kGamma) ReadStagedParams<P, W>(staged.base[k * staged.stride], g);
+      if constexpr (kBeta) ReadStagedParams<P, W>(staged.base[(V + k) * staged.stride], b);
+    } else {
+      if constexpr (kGamma) LoadParamsAs<P, W>(gamma + index, true, g);
+      if constexpr (kBeta) LoadParamsAs<P, W>(beta + index, true, b);
+    }
     Pack<T, W> y;
 #pragma unroll
     for (int j = 0; j < W; ++j) {
@@ -97,14 +122,15 @@ __device__ __forceinline__ void WithAffine(const DeviceSegment& s, Write&& write
 
 // Row `r` of segment `s` from its chunks in registers and its statistics:
 // the output (affine specialized per segment) and the saved mean/rstd.
-template <typename T, typename P, int V, int W, bool kLayerNorm>
+template <typename T, typename P, int V, int W, bool kLayerNorm, bool kStaged = false>
 __device__ __forceinline__ void FinishLeanRow(const DeviceSegment& s, int64_t r,
                                               const Pack<T, W> (&v)[V], const RowStats& stats,
-                                              const RowTeam& team, int chunks) {
+                                              const RowTeam& team, int chunks,
+                                              StagedParams staged = {}) {
   T* out = static_cast<T*>(s.out) + r * s.out_stride;
   WithAffine<kLayerNorm>(s, [&](auto gamma, auto beta) {
-    WriteLeanRow<T, P, V, W, kLayerNorm, decltype(gamma)::value, decltype(beta)::value>(
-        s, out, v, stats, team, chunks);
+    WriteLeanRow<T, P, V, W, kLayerNorm, decltype(gamma)::value, decltype(beta)::value, kStaged>(
+        s, out, v, stats, team, chunks, staged);
   });
   if (team.rank == 0) {
     if (s.mean != nullptr) s.mean[r] = stats.mean_hi + stats.mean_lo;
@@ -112,10 +138,44 @@ __device__ __forceinline__ void FinishLeanRow(const DeviceSegment& s, int64_t r,
   }
 }
 
-template <typename T, typename P, int V, int W, bool kLayerNorm, bool kSingle, bool kCluster>
+// Issues this thread's gamma/beta chunks of the one segment as 16-byte
+// cp.async copies into its own slots of `slots` (StagedParams' layout), so
+// that they arrive while x loads and the row's statistics are computed.
+template <typename T, typename P, int V, int W, bool kLayerNorm>
+__device__ __forceinline__ StagedParams StageParams(const DeviceSegment& s, const RowTeam& team,
+                                                    uint4* slots) {
+  const int chunks = s.hidden / W;
+  const int stride = static_cast<int>(blockDim.x);
+  uint4* own = slots + threadIdx.x;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int chunk = k * team.row_threads + team.rank;
+    if (chunk >= chunks) continue;
+    const int64_t index = static_cast<int64_t>(chunk) * W;
+    if (s.gamma != nullptr) {
+      CopyAsync16(own + k * stride, static_cast<const P*>(s.gamma) + index);
+    }
+    if (kLayerNorm && s.beta != nullptr) {
+      CopyAsync16(own + (V + k) * stride, static_cast<const P*>(s.beta) + index);
+    }
+  }
+  CommitAsyncCopies();
+  return StagedParams{own, stride};
+}
+
+template <typename T, typename P, int V, int W, bool kLayerNorm, bool kSingle, bool kCluster,
+          bool kStageParams>
 __device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& scratch) {
   const RowTeam team = MakeTeamFor<kCluster>(p.shape);
   const RowSchedule schedule = MakeSchedule(p.shape, p.row_groups);
+  StagedParams staged;
+  if constexpr (kStageParams) {
+    static_assert(kSingle && !kCluster, "parameters are staged for one in-block segment");
+    extern __shared__ uint4 param_slots[];
+    if (schedule.iterations > 0) {
+      staged = StageParams<T, P, V, W, kLayerNorm>(p.single, team, param_slots);
+    }
+  }
   for (int it = 0; it < schedule.iterations; ++it) {
     const int64_t block_row = schedule.FirstRowOf(it);
     const int64_t row = block_row + team.group;
@@ -159,7 +219,12 @@ __device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& 
     // Every thread of the block reaches the reductions, active row or not.
     const RowStats stats = RowStatistics<T, V, W>(v, chunks, s.hidden, s.epsilon, kLayerNorm, team,
                                                   scratch, (it & 1) * 2);
-    if (active) FinishLeanRow<T, P, V, W, kLayerNorm>(s, r, v, stats, team, chunks);
+    if constexpr (kStageParams) {
+      if (it == 0) WaitAsyncCopies<0>();  // this thread's own copies: no barrier
+    }
+    if (active) {
+      FinishLeanRow<T, P, V, W, kLayerNorm, kStageParams>(s, r, v, stats, team, chunks, staged);
+    }
   }
 }
 
@@ -180,15 +245,22 @@ inline constexpr int kLeanMinBlocks = 2;
 // a cluster of blocks; its own kernels, so that the cluster steps of the
 // reductions (and the merged LayerNorm statistic's registers) do not cost
 // the plans whose rows lie within a block.
-template <typename T, typename P, int V, int W, bool kSingle, bool kCluster>
+// kStageParams (one in-block segment, P = T, vector layout): the block's
+// gamma/beta chunks go to shared memory by cp.async as it starts
+// (ParamStagingBytes of dynamic shared memory), so that a block does not
+// wait for them after its statistics; the launcher takes it for launches of
+// one wave (small batches), where that wait is on the critical path. Same
+// arithmetic, same bits.
+template <typename T, typename P, int V, int W, bool kSingle, bool kCluster,
+          bool kStageParams = false>
 __global__ void __launch_bounds__(kLeanMaxThreads, W == 1 ? 1 : kLeanMinBlocks)
     ForwardLeanKernel(const __grid_constant__ ForwardParams p) {
   BeginDependentGrid();
   __shared__ ReduceScratch scratch;
   if (p.op == static_cast<uint8_t>(NormOp::kLayerNorm)) {
-    LeanRows<T, P, V, W, true, kSingle, kCluster>(p, scratch);
+    LeanRows<T, P, V, W, true, kSingle, kCluster, kStageParams>(p, scratch);
   } else {
-    LeanRows<T, P, V, W, false, kSingle, kCluster>(p, scratch);
+    LeanRows<T, P, V, W, false, kSingle, kCluster, kStageParams>(p, scratch);
   }
   // No block of a cluster may exit while another still reads its shared memory.
   if constexpr (kCluster) ClusterSync();

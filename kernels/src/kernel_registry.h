@@ -3,9 +3,12 @@
 // backward_<dtype>.cu) so they compile in parallel.
 #pragma once
 
+#include <cstddef>
+
 #include "kernel_params.h"
 #include "launch_plan.h"
 #include "normsvc/kernels/types.h"
+#include "param_staging.h"
 #include "ring_policy.h"
 
 namespace normsvc::kernels::detail {
@@ -46,6 +49,23 @@ inline bool UsesRingForward(const KernelPlan& plan, bool fast, bool single_segme
          plan.layout == Layout::kVector && plan.slots == 4;
 }
 
+// Whether a one-segment launch of the specialized kernel may take the one
+// that stages gamma/beta in shared memory (same bits): the vector layout
+// within a block, gamma/beta in the x dtype (16-byte chunks), as `policy`
+// allows. The launcher takes it only for launches whose blocks all fit on
+// the device at once (small batches).
+inline bool UsesParamStaging(const KernelPlan& plan, bool fast, bool single_segment, DType x_dtype,
+                             DType param_dtype, ParamStaging policy) {
+  return policy != ParamStaging::kOff && fast && single_segment && plan.layout == Layout::kVector &&
+         plan.cluster == 1 && param_dtype == x_dtype;
+}
+
+// Its dynamic shared memory: a 16-byte slot per thread, chunk and parameter.
+inline std::size_t ParamStagingBytes(const KernelPlan& plan) {
+  return std::size_t{2} * static_cast<std::size_t>(plan.slots) *
+         static_cast<std::size_t>(plan.block_threads) * 16;
+}
+
 // Null when no instantiation matches the plan (a planning bug: the launcher
 // reports kInternal). `fast`: the specialized kernel, gamma/beta in
 // `param_dtype`; otherwise the general one.
@@ -58,6 +78,7 @@ BackwardKernel FindBackwardKernel(DType x_dtype, const KernelPlan& plan, int64_t
                                   bool saved_stats, bool aligned);
 ForwardKernel FindStagedForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype);
 ForwardKernel FindRingForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype);
+ForwardKernel FindParamStagedForwardKernel(DType x_dtype, const KernelPlan& plan);
 
 ForwardKernel FindForwardKernelF32(const KernelPlan& plan);
 ForwardKernel FindForwardKernelF16(const KernelPlan& plan);
@@ -71,6 +92,9 @@ ForwardKernel FindStagedForwardKernelBF16(const KernelPlan& plan, DType param_dt
 ForwardKernel FindRingForwardKernelF32(const KernelPlan& plan, DType param_dtype);
 ForwardKernel FindRingForwardKernelF16(const KernelPlan& plan, DType param_dtype);
 ForwardKernel FindRingForwardKernelBF16(const KernelPlan& plan, DType param_dtype);
+ForwardKernel FindParamStagedForwardKernelF32(const KernelPlan& plan);
+ForwardKernel FindParamStagedForwardKernelF16(const KernelPlan& plan);
+ForwardKernel FindParamStagedForwardKernelBF16(const KernelPlan& plan);
 BackwardKernel FindBackwardKernelF32(const KernelPlan& plan, int64_t hidden, NormOp op,
                                      bool saved_stats, bool aligned);
 BackwardKernel FindBackwardKernelF16(const KernelPlan& plan, int64_t hidden, NormOp op,

@@ -39,8 +39,10 @@ struct PivotMoments {
 struct alignas(16) ReduceScratch {
   float warp[kReduceSlots][32][2];
   float block[kReduceSlots][2];
-  PivotMoments warp_moments[kReduceSlots][32];
-  PivotMoments block_moments[kReduceSlots];
+  // RowMergeMoments' exchanges, one per row: a slot for each parity of the
+  // callers' row loops (MomentSlot).
+  PivotMoments warp_moments[2][32];
+  PivotMoments block_moments[2];
 };
 
 struct RowTeam {
@@ -230,47 +232,75 @@ __device__ __forceinline__ PivotMoments RecenterMoments(const PivotMoments& part
   return m;
 }
 
+// The moment slot of a row loop's first RowSum slot: the loops alternate
+// between two sets of slots (forward 0-1 and 2-3, backward 0-2 and 3-5), one
+// exchange of moments each.
+__device__ __forceinline__ int MomentSlot(int row_slot) { return row_slot >= 2 ? 1 : 0; }
+
+// The pivot the parts' moments are recentred on: the count-weighted mean of
+// their pivots (their fp32 means), so close to the row's mean (within the
+// rounding of fp32 sums) that the final variance suffers no cancellation, as
+// in the two-pass form.
+__device__ __forceinline__ float WeightedPivot(float weighted_sum, float count) {
+  return count > 0.0f ? __fdiv_rn(weighted_sum, count) : 0.0f;
+}
+
 // The moments of the whole row from each warp's (`warp`: the same value in
 // every lane of the warp), in one exchange: the warps' moments through shared
-// memory and one barrier, each recentred on the pivot of the row's first warp
-// and added by butterfly in warp order (RowSum's step 2, the same bits in
-// every lane); for a row that spans a cluster, then each block's moments
-// through distributed shared memory, recentred on block 0's pivot and added
-// in rank order. The pivot is the mean of the first warp's (block's) c of the
-// row's n elements, which bounds the cancellation in the final variance:
-// (pivot - mean)^2 <= (n / c - 1) * variance. Rows of more than one warp,
-// whose first warp holds elements (a row fills its threads in rank order);
-// the slot contract is RowSum's.
+// memory and one barrier; the count-weighted mean of the warps' pivots by
+// butterfly (WeightedPivot); each warp's moments recentred on it and added
+// by butterfly in warp order (RowSum's step 2: the same bits in every lane).
+// For a row that spans a cluster, then the blocks' moments through
+// distributed shared memory: the weighted mean of their pivots, then each
+// recentred on it and added, both in rank order. Rows of more than one warp;
+// empty parts (count 0, pivot 0, sums 0) add nothing. `row_slot`: the
+// caller's first RowSum slot of the row (MomentSlot), with RowSum's contract.
 __device__ __forceinline__ PivotMoments RowMergeMoments(const PivotMoments& warp,
                                                         const RowTeam& team, ReduceScratch& scratch,
-                                                        int slot) {
+                                                        int row_slot) {
+  const int slot = MomentSlot(row_slot);
   const int warp_index = static_cast<int>(threadIdx.x) >> 5;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   if (lane == 0) scratch.warp_moments[slot][warp_index] = warp;
   RowBarrier(team);
   const int warps_per_row = WarpsPerBlockRow(team);
   const int first_warp = warp_index & ~(warps_per_row - 1);
-  PivotMoments m =
-      RecenterMoments(scratch.warp_moments[slot][first_warp + (lane & (warps_per_row - 1))],
-                      scratch.warp_moments[slot][first_warp].pivot);
+  const PivotMoments own = scratch.warp_moments[slot][first_warp + (lane & (warps_per_row - 1))];
+  float weighted[2] = {__fmul_rn(own.count, own.pivot), own.count};
+  for (int offset = 1; offset < warps_per_row; offset <<= 1) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) weighted[i] += __shfl_xor_sync(0xffffffffu, weighted[i], offset);
+  }
+  PivotMoments m = RecenterMoments(own, WeightedPivot(weighted[0], weighted[1]));
+  m.count = weighted[1];
   for (int offset = 1; offset < warps_per_row; offset <<= 1) {
     m.sum += __shfl_xor_sync(0xffffffffu, m.sum, offset);
     m.squares += __shfl_xor_sync(0xffffffffu, m.squares, offset);
-    m.count += __shfl_xor_sync(0xffffffffu, m.count, offset);
   }
   if (team.cluster == 1) return m;
 
   if (threadIdx.x == 0) scratch.block_moments[slot] = m;
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   cluster.sync();
-  PivotMoments total = *cluster.map_shared_rank(&scratch.block_moments[slot], 0);
+  float weighted_sum = 0.0f;
+  float count = 0.0f;
 #pragma unroll 1
-  for (int r = 1; r < team.cluster; ++r) {
+  for (int r = 0; r < team.cluster; ++r) {
+    const PivotMoments& block = *cluster.map_shared_rank(&scratch.block_moments[slot], r);
+    weighted_sum = __fmaf_rn(block.count, block.pivot, weighted_sum);
+    count = __fadd_rn(count, block.count);
+  }
+  PivotMoments total;
+  total.pivot = WeightedPivot(weighted_sum, count);
+  total.sum = 0.0f;
+  total.squares = 0.0f;
+  total.count = count;
+#pragma unroll 1
+  for (int r = 0; r < team.cluster; ++r) {
     const PivotMoments block =
         RecenterMoments(*cluster.map_shared_rank(&scratch.block_moments[slot], r), total.pivot);
     total.sum = __fadd_rn(total.sum, block.sum);
     total.squares = __fadd_rn(total.squares, block.squares);
-    total.count = __fadd_rn(total.count, block.count);
   }
   return total;
 }

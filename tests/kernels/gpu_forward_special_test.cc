@@ -1,6 +1,6 @@
 // Forward on special rows (near-constant, zero variance, large mean with a
-// small spread, the same with a step between parts of the row, tiny fp16
-// values, NaN/Inf), batch invariance of a row's bits
+// small spread, the same with a step between parts of the row or with the
+// first warp's elements far off, tiny fp16 values, NaN/Inf), batch invariance of a row's bits
 // under multi-segment launches, and the launchers' argument checks.
 #include <cmath>
 #include <cstdio>
@@ -15,6 +15,7 @@
 #include "gpu_forward_case.h"
 #include "gpu_test_support.h"
 #include "kernel_params.h"
+#include "launch_plan.h"
 #include "normsvc/kernels/gpu.h"
 #include "segment_index.h"
 
@@ -27,14 +28,28 @@ enum class RowKind {
   kZeroVariance,
   kLargeMean,
   kSteppedLargeMean,
+  kFirstWarpOffset,
   kTiny,
   kNaN,
   kInf,
   kRandom
 };
 
-void WriteRow(HostTensor& t, int64_t r, RowKind kind, std::mt19937_64& rng) {
+// Whether column c of a row laid out as `plan` says lies in the row's first
+// warp (threads 0-31 own chunks k * row_threads + lane).
+bool InFirstWarp(const detail::KernelPlan& plan, int64_t c) {
+  const int64_t chunk = c / plan.width;
+  return chunk % plan.row_threads < 32;
+}
+
+void WriteRow(HostTensor& t, int64_t r, RowKind kind, const detail::KernelPlan& plan,
+              std::mt19937_64& rng) {
   std::normal_distribution<double> normal(0.0, 1.0);
+  // A large mean with a small spread that the dtype still resolves (bf16 and
+  // fp16 round 1e4 + 1e-2 to a constant).
+  const bool wide = t.dtype == DType::kF32;
+  const double large_mean = wide ? 1e4 : 64.0;
+  const double small_spread = wide ? 1e-2 : 0.5;
   for (int64_t c = 0; c < t.cols; ++c) {
     double value = 0.3 + 1.7 * normal(rng);
     switch (kind) {
@@ -45,15 +60,19 @@ void WriteRow(HostTensor& t, int64_t r, RowKind kind, std::mt19937_64& rng) {
         value = 0.7;
         break;
       case RowKind::kLargeMean:
-        value = 1e4 + 1e-2 * normal(rng);
+        value = large_mean + small_spread * normal(rng);
         break;
       case RowKind::kSteppedLargeMean:
         // A quarter of each 1024 columns sits 3 spreads higher: the parts of
-        // the row that different warps hold have different means (the merged
-        // LayerNorm statistic of rows that span a cluster keeps the first
-        // warp's mean as its pivot, 1.4 standard deviations from the row's
-        // at H = 65536).
-        value = 1e4 + 1e-2 * normal(rng) + (c % 1024 < 256 ? 3e-2 : 0.0);
+        // the row that different warps hold have different means.
+        value = large_mean + small_spread * (normal(rng) + (c % 1024 < 256 ? 3.0 : 0.0));
+        break;
+      case RowKind::kFirstWarpOffset:
+        // Only the first warp's elements are offset, by 100 spreads: the
+        // warps' means differ by far more than their spread (the merged
+        // statistic of rows that span a cluster must not take one warp's
+        // mean for the row's).
+        value = large_mean + small_spread * (normal(rng) + (InFirstWarp(plan, c) ? 100.0 : 0.0));
         break;
       case RowKind::kTiny:
         value = 1e-4 * normal(rng);
@@ -74,13 +93,19 @@ void WriteRow(HostTensor& t, int64_t r, RowKind kind, std::mt19937_64& rng) {
 TEST(ForwardSpecialRows, MatchReferenceIncludingNaNAndInf) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("special rows");
-  const RowKind kinds[] = {RowKind::kNearConstant, RowKind::kZeroVariance,
-                           RowKind::kLargeMean,    RowKind::kSteppedLargeMean,
-                           RowKind::kTiny,         RowKind::kNaN,
-                           RowKind::kInf,          RowKind::kRandom};
+  const RowKind kinds[] = {RowKind::kNearConstant,
+                           RowKind::kZeroVariance,
+                           RowKind::kLargeMean,
+                           RowKind::kSteppedLargeMean,
+                           RowKind::kFirstWarpOffset,
+                           RowKind::kTiny,
+                           RowKind::kNaN,
+                           RowKind::kInf,
+                           RowKind::kRandom};
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
-      for (int64_t hidden : {64, 768, 2049, 4096, 8191, 65536, 262144}) {
+      // 12289 and 65536: rows that span a cluster, strided and vector.
+      for (int64_t hidden : {64, 768, 2049, 4096, 8191, 12289, 65536, 262144}) {
         ForwardSpec spec;
         spec.op = op;
         spec.x_dtype = spec.out_dtype = spec.param_dtype = dtype;
@@ -88,7 +113,8 @@ TEST(ForwardSpecialRows, MatchReferenceIncludingNaNAndInf) {
         spec.hidden = hidden;
         spec.stats = true;
         ForwardCase c(spec, rng);
-        for (int64_t r = 0; r < spec.rows; ++r) WriteRow(c.x(), r, kinds[r], rng);
+        const detail::KernelPlan plan = detail::PlanForward(hidden, dtype);
+        for (int64_t r = 0; r < spec.rows; ++r) WriteRow(c.x(), r, kinds[r], plan, rng);
         c.Upload();
         // A finite poison: an unwritten element of a NaN row would pass a NaN poison.
         c.PoisonOutputs(0x3c);
@@ -116,7 +142,7 @@ TEST(ForwardBatchInvariance, MixedLaunchMatchesEachTensorAlone) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("batch invariance");
   std::vector<std::unique_ptr<ForwardCase>> cases;
-  for (int64_t hidden : {5, 64, 768, 2049, 4096, 8192, 65536}) {
+  for (int64_t hidden : {5, 64, 768, 2049, 4096, 8192, 12289, 65536}) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       // Two cases drawn from the same random stream: the same data, the second
       // one misaligned (off 16-byte alignment), which takes the element-wise path.

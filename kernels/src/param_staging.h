@@ -1,0 +1,25 @@
+// Which one-segment launches take the forward kernel that stages gamma/beta
+// in shared memory (ForwardLeanKernel's kStageParams, forward_lean_kernel.cuh).
+// Staging changes only when the parameters arrive, never a result bit (the
+// GPU tests compare launches of every size with the multi-segment kernel bit
+// for bit), so the choice is a speed policy. Process-wide; norm_bench
+// --param_staging and the tests set it, nothing else does.
+#pragma once
+
+#include <cstdint>
+
+namespace normsvc::kernels::detail {
+
+enum class ParamStaging : uint8_t {
+  kOff,      // never
+  kOneWave,  // launches whose blocks all fit on the device at once (the default)
+};
+
+ParamStaging GetParamStaging();
+void SetParamStaging(ParamStaging policy);
+
+// Launches that staged their parameters so far in this process (for tests:
+// proof that a case took that kernel).
+int64_t ParamStagedForwardLaunches();
+
+}  // namespace normsvc::kernels::detail

@@ -1,0 +1,91 @@
+// Every plan the planners produce has its kernels: the dispatchers
+// (forward_instances.cuh, backward_instances.cuh) encode facts about the
+// plans, such as which slot counts span clusters, and a plan without a
+// kernel would only show as kInternal at launch. Host code only: runs
+// without a GPU wherever the kernels are built.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernel_registry.h"
+#include "launch_plan.h"
+
+namespace normsvc::kernels::testing {
+namespace {
+
+using detail::KernelPlan;
+
+std::vector<int64_t> HiddenSizes() {
+  std::vector<int64_t> sizes;
+  for (int64_t h = 1; h <= 4200; ++h) sizes.push_back(h);
+  for (int64_t h = 4201; h <= kMaxHidden; h += 389) sizes.push_back(h);
+  for (int64_t h : {8191, 8192, 12289, 16384, 32768, 65535, 65536, 131071, 131072, 262143}) {
+    sizes.push_back(h);
+  }
+  sizes.push_back(kMaxHidden);
+  return sizes;
+}
+
+std::string Where(DType dtype, int64_t hidden, const KernelPlan& plan) {
+  return "dtype " + std::to_string(static_cast<int>(dtype)) + " H " + std::to_string(hidden) +
+         " layout " + std::to_string(static_cast<int>(plan.layout)) + " slots " +
+         std::to_string(plan.slots) + " cluster " + std::to_string(plan.cluster);
+}
+
+TEST(KernelDispatch, EveryForwardPlanHasItsKernels) {
+  int checked = 0;
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t hidden : HiddenSizes()) {
+      const KernelPlan plan = detail::PlanForward(hidden, dtype);
+      const std::string where = Where(dtype, hidden, plan);
+      for (DType param_dtype : {dtype, DType::kF32}) {
+        for (bool single : {true, false}) {
+          ASSERT_NE(detail::FindForwardKernel(dtype, plan, false, param_dtype, single), nullptr)
+              << "general " << where;
+          for (bool vectorized : {true, false}) {
+            if (!detail::UsesFastForward(plan, dtype, dtype, vectorized)) continue;
+            ASSERT_NE(detail::FindForwardKernel(dtype, plan, true, param_dtype, single), nullptr)
+                << "specialized " << where;
+            ++checked;
+          }
+          if (detail::UsesStagedForward(plan, true, single, false)) {
+            ASSERT_NE(detail::FindStagedForwardKernel(dtype, plan, param_dtype), nullptr)
+                << "staged " << where;
+          }
+          if (detail::UsesParamStaging(plan, true, single, dtype, param_dtype,
+                                       detail::ParamStaging::kOneWave)) {
+            ASSERT_NE(detail::FindParamStagedForwardKernel(dtype, plan), nullptr)
+                << "parameters staged " << where;
+          }
+          if (detail::UsesRingForward(plan, true, single, false, detail::RingPolicy::kEveryPlan)) {
+            ASSERT_NE(detail::FindRingForwardKernel(dtype, plan, param_dtype), nullptr)
+                << "ring " << where;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST(KernelDispatch, EveryBackwardPlanHasItsKernels) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t hidden : HiddenSizes()) {
+      const KernelPlan plan = detail::PlanBackward(hidden, dtype);
+      for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+        for (bool saved : {true, false}) {
+          for (bool aligned : {true, false}) {
+            ASSERT_NE(detail::FindBackwardKernel(dtype, plan, hidden, op, saved, aligned), nullptr)
+                << Where(dtype, hidden, plan) << " op " << static_cast<int>(op) << " saved "
+                << saved << " aligned " << aligned;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace normsvc::kernels::testing
