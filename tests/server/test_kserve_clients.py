@@ -253,7 +253,9 @@ def test_perf_analyzer(server):
                          capture_output=True, text=True, env=env, timeout=150)
     assert run.returncode == 0, run.stdout + run.stderr
     rows = list(csv.DictReader(io.StringIO(csv_path.read_text())))
-    assert [row["Concurrency"] for row in rows] == ["1", "4"], csv_path.read_text()
+    # perf_analyzer orders its rows by throughput, not by concurrency: on a
+    # loaded 2-core machine concurrency 4 may well come first.
+    assert sorted(row["Concurrency"] for row in rows) == ["1", "4"], csv_path.read_text()
     for row in rows:
         assert float(row["Inferences/Second"]) > 0, row
         assert float(row["p99 latency"]) >= float(row["p50 latency"]) > 0, row
