@@ -292,8 +292,11 @@ constexpr std::pair<const char*, kernels::detail::RingPolicy> kRingPolicies[] = 
     {"every-plan", kernels::detail::RingPolicy::kEveryPlan},
 };
 
-bool ParseRingPolicy(const std::string& name, kernels::detail::RingPolicy* policy) {
-  for (const auto& [n, p] : kRingPolicies) {
+// A policy by its flag name, and back (tables above).
+template <typename Policy, std::size_t N>
+bool ParseNamed(const std::pair<const char*, Policy> (&table)[N], const std::string& name,
+                Policy* policy) {
+  for (const auto& [n, p] : table) {
     if (name == n) {
       *policy = p;
       return true;
@@ -302,11 +305,16 @@ bool ParseRingPolicy(const std::string& name, kernels::detail::RingPolicy* polic
   return false;
 }
 
-const char* RingPolicyName(kernels::detail::RingPolicy policy) {
-  for (const auto& [n, p] : kRingPolicies) {
+template <typename Policy, std::size_t N>
+const char* NameOf(const std::pair<const char*, Policy> (&table)[N], Policy policy) {
+  for (const auto& [n, p] : table) {
     if (policy == p) return n;
   }
   return "?";
+}
+
+const char* RingPolicyName(kernels::detail::RingPolicy policy) {
+  return NameOf(kRingPolicies, policy);
 }
 
 // The --param_staging names of the policies.
@@ -315,21 +323,8 @@ constexpr std::pair<const char*, kernels::detail::ParamStaging> kParamStagings[]
     {"one-wave", kernels::detail::ParamStaging::kOneWave},
 };
 
-bool ParseParamStaging(const std::string& name, kernels::detail::ParamStaging* policy) {
-  for (const auto& [n, p] : kParamStagings) {
-    if (name == n) {
-      *policy = p;
-      return true;
-    }
-  }
-  return false;
-}
-
 const char* ParamStagingName(kernels::detail::ParamStaging policy) {
-  for (const auto& [n, p] : kParamStagings) {
-    if (policy == p) return n;
-  }
-  return "?";
+  return NameOf(kParamStagings, policy);
 }
 
 void WriteJson(const char* path, const std::vector<Record>& records, const cudaDeviceProp& prop) {
@@ -390,7 +385,7 @@ int main(int argc, char** argv) {
       only_dtype = argv[++i];
     else if (!std::strcmp(argv[i], "--ring") && i + 1 < argc) {
       normsvc::kernels::detail::RingPolicy policy;
-      if (!ParseRingPolicy(argv[++i], &policy)) {
+      if (!ParseNamed(kRingPolicies, argv[++i], &policy)) {
         std::fprintf(stderr,
                      "norm_bench: unknown --ring %s (off, two-block-clusters, every-plan)\n",
                      argv[i]);
@@ -399,7 +394,7 @@ int main(int argc, char** argv) {
       normsvc::kernels::detail::SetRingPolicy(policy);
     } else if (!std::strcmp(argv[i], "--param_staging") && i + 1 < argc) {
       normsvc::kernels::detail::ParamStaging policy;
-      if (!ParseParamStaging(argv[++i], &policy)) {
+      if (!ParseNamed(kParamStagings, argv[++i], &policy)) {
         std::fprintf(stderr, "norm_bench: unknown --param_staging %s (off, one-wave)\n", argv[i]);
         return 2;
       }
