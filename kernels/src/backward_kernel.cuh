@@ -98,7 +98,9 @@ template <typename T, int V, int W, bool kCluster>
 __global__ void __launch_bounds__(512, 1)
     BackwardRowsKernel(const __grid_constant__ BackwardParams p) {
   __shared__ ReduceScratch scratch;
-  extern __shared__ float combine[];  // [groups][row_threads * V * W] when groups > 1
+  // [groups][row_threads * V * W] when groups > 1
+  extern __shared__ __align__(128) float combine[];
+  if constexpr (kCluster) BeginClusterExchanges(scratch);
   const RowShape& shape = p.shape;
   const RowTeam team = MakeTeamFor<kCluster>(shape);
   const int64_t unit = blockIdx.x / team.cluster;

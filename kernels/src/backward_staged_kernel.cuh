@@ -242,8 +242,9 @@ __global__ void __launch_bounds__(kStagedBoundThreads<T>, 1)
   // has started; it waits for this grid to finish before reading partials.
   AllowDependentGrids();
   __shared__ ReduceScratch scratch;
+  if constexpr (kCluster) BeginClusterExchanges(scratch);
   // [stage][x V | dy V][thread] (BackwardStagedSmemBytes in launch_plan.h).
-  extern __shared__ uint4 ring[];
+  extern __shared__ __align__(128) uint4 ring[];
   const RowShape& shape = p.shape;
   const RowTeam team = MakeTeamFor<kCluster>(shape);
   const int64_t unit = blockIdx.x / team.cluster;

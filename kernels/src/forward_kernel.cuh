@@ -4,7 +4,8 @@
 // Per row (ForwardSegment in types.h has the contract):
 //   v = round_T(x + residual)                      (kept in registers, as T)
 //   LayerNorm: mean_hi = sum(v)/H; d = v - mean_hi; mean_lo = sum(d)/H;
-//              var = sum(d^2)/H - mean_lo^2; y = ((v - mean_hi) - mean_lo) * rstd
+//              var = sum(d^2)/H - mean_lo^2;
+//              y = fma(v - mean_hi, rstd, -(mean_lo * rstd))
 //              (rows that span a cluster: mean_hi is the count-weighted mean
 //              of the warps' fp32 means and the sums are merged from each
 //              warp's, RowMergeMoments)
@@ -81,11 +82,21 @@ __device__ __forceinline__ Pack<T, W> LoadInput(const RowPointers<T>& r, int64_t
 // different pair of operations into an FMA: the specialized kernel
 // (forward_lean_kernel.cuh) and this general one give the same bits for the
 // same row, which keeps aligned and misaligned copies of a row identical.
+// LayerNorm: (v - mean_hi) * rstd - mean_lo * rstd in one FMA. v - mean_hi
+// is exact or nearly so for the elements near the mean (the same difference
+// the second pass sums), and mean_lo (the fp32 mean's residual) is so small
+// that the rounding of mean_lo * rstd lies far below the result's, so the
+// FMA's one rounding is as accurate as subtracting mean_lo first, with one
+// operation an element fewer. The row's correction is a function of its
+// statistics alone (hoisted out of the element loops).
+__device__ __forceinline__ float RowShift(const RowStats& stats) {
+  return -__fmul_rn(stats.mean_lo, stats.rstd);
+}
+
 __device__ __forceinline__ float NormalizedValue(float value, const RowStats& stats,
                                                  bool layer_norm) {
-  return layer_norm
-             ? __fmul_rn(__fsub_rn(__fsub_rn(value, stats.mean_hi), stats.mean_lo), stats.rstd)
-             : __fmul_rn(value, stats.rstd);
+  return layer_norm ? __fmaf_rn(__fsub_rn(value, stats.mean_hi), stats.rstd, RowShift(stats))
+                    : __fmul_rn(value, stats.rstd);
 }
 
 // y * gamma + beta with one rounding when both are present.
@@ -225,7 +236,7 @@ __device__ __forceinline__ RowStats RowStatistics(const Pack<T, W> (&v)[V], int 
       if (k * team.row_threads + team.rank < chunks) {
 #pragma unroll
         for (int j = 0; j < W; ++j) {
-          const float d = PackElement(v[k], j) - pivot;
+          const float d = __fsub_rn(PackElement(v[k], j), pivot);
           d_sum += d;
           d_squares = fmaf(d, d, d_squares);
         }
@@ -337,7 +348,8 @@ __global__ void __launch_bounds__(512, 1)
     ForwardRowsKernel(const __grid_constant__ ForwardParams p) {
   BeginDependentGrid();
   __shared__ ReduceScratch scratch;
-  extern __shared__ __align__(16) uint8_t param_cache_bytes[];  // ParamCacheBytes(V, W, ...)
+  if (p.shape.cluster > 1) BeginClusterExchanges(scratch);
+  extern __shared__ __align__(128) uint8_t param_cache_bytes[];  // ParamCacheBytes(V, W, ...)
   ParamCache cache = EmptyParamCache(param_cache_bytes);
   const RowTeam team = MakeTeam(p.shape);
   const RowSchedule schedule = MakeSchedule(p.shape, p.row_groups);
@@ -351,7 +363,7 @@ __global__ void __launch_bounds__(512, 1)
     if (it + 1 < schedule.iterations) next_ref = FetchRow<T, V, W>(p, schedule, team, it + 1, next);
     NormalizeRow<T, V, W>(ref, v, team, scratch, (it & 1) * 2, cache);
   }
-  // No block of a cluster may exit while another still reads its shared memory.
+  // No block of a cluster may exit while another may still access its shared memory.
   if (p.shape.cluster > 1) ClusterSync();
 }
 

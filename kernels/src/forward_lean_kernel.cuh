@@ -171,7 +171,7 @@ __device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& 
   StagedParams staged;
   if constexpr (kStageParams) {
     static_assert(kSingle && !kCluster, "parameters are staged for one in-block segment");
-    extern __shared__ uint4 param_slots[];
+    extern __shared__ __align__(128) uint4 param_slots[];
     if (schedule.iterations > 0) {
       staged = StageParams<T, P, V, W, kLayerNorm>(p.single, team, param_slots);
     }
@@ -257,12 +257,13 @@ __global__ void __launch_bounds__(kLeanMaxThreads, W == 1 ? 1 : kLeanMinBlocks)
     ForwardLeanKernel(const __grid_constant__ ForwardParams p) {
   BeginDependentGrid();
   __shared__ ReduceScratch scratch;
+  if constexpr (kCluster) BeginClusterExchanges(scratch);
   if (p.op == static_cast<uint8_t>(NormOp::kLayerNorm)) {
     LeanRows<T, P, V, W, true, kSingle, kCluster, kStageParams>(p, scratch);
   } else {
     LeanRows<T, P, V, W, false, kSingle, kCluster, kStageParams>(p, scratch);
   }
-  // No block of a cluster may exit while another still reads its shared memory.
+  // No block of a cluster may exit while another may still access its shared memory.
   if constexpr (kCluster) ClusterSync();
 }
 

@@ -112,15 +112,16 @@ template <typename T, typename P>
 __global__ void __launch_bounds__(kLeanMaxThreads, kLeanMinBlocks)
     ForwardRingKernel(const __grid_constant__ ForwardParams p) {
   BeginDependentGrid();
-  extern __shared__ __align__(16) unsigned char ring_cells[];
+  extern __shared__ __align__(128) unsigned char ring_cells[];
   __shared__ ReduceScratch scratch;
+  if (p.shape.cluster > 1) BeginClusterExchanges(scratch);
   uint4* cells = reinterpret_cast<uint4*>(ring_cells);
   if (p.op == static_cast<uint8_t>(NormOp::kLayerNorm)) {
     RingRows<T, P, true>(p, cells, scratch);
   } else {
     RingRows<T, P, false>(p, cells, scratch);
   }
-  // No block of a cluster may exit while another still reads its shared memory.
+  // No block of a cluster may exit while another may still access its shared memory.
   if (p.shape.cluster > 1) ClusterSync();
 }
 

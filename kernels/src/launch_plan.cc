@@ -9,7 +9,7 @@ namespace {
 // compiler may give each thread up to 128 registers), clusters of at most 8
 // blocks (the portable cluster size).
 constexpr int kMaxBlockThreads = 512;
-constexpr int kMaxCluster = 8;
+constexpr int kMaxCluster = kMaxClusterBlocks;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

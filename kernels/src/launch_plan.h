@@ -32,6 +32,10 @@ enum class Layout : uint8_t {
   kStreamed = 2,
 };
 
+// The most blocks of a row's cluster (the portable cluster size): the
+// planner's limit, and the size of the kernels' per-block register arrays.
+inline constexpr int kMaxClusterBlocks = 8;
+
 struct KernelPlan {
   Layout layout = Layout::kVector;
   int slots = 1;          // chunks per thread held in registers (compile-time in the kernel)

@@ -8,12 +8,13 @@
 //      of each exchange add the same two values, so all lanes agree;
 //   2. warp totals in shared memory, added by butterfly (xor) shuffles over
 //      as many lanes as the row has warps (every lane the same bits);
-//   3. block totals read through distributed shared memory, added in rank
+//   3. block totals sent to every block of the cluster (st.async into each
+//      block's shared memory, ExchangeAcrossCluster) and added in rank
 //      order, when the row spans a cluster.
 // Contract: every thread of a row calls RowSum the same number of times with
 // the same slot (the calls contain barriers: the row's own named barrier
-// 1 + group in a block of several rows, __syncthreads and cluster barriers for
-// a row that spans a cluster); a slot's memory is rewritten only after a
+// 1 + group in a block of several rows, __syncthreads and the slot's mbarrier
+// for a row that spans a cluster); a slot's memory is rewritten only after a
 // later call's barrier, so callers that loop alternate between two sets of
 // slots. Named barriers 1..groups are RowSum's; kernels use barrier 0.
 #pragma once
@@ -21,6 +22,7 @@
 #include <cooperative_groups.h>
 
 #include "kernel_params.h"
+#include "launch_plan.h"
 
 namespace normsvc::kernels::detail {
 
@@ -29,20 +31,38 @@ inline constexpr int kReduceSlots = 6;
 // Moments of a part of a row about a pivot, the state LayerNorm's statistic
 // merges (RowMergeMoments): `count` elements, `sum` and `squares` the sums of
 // (x - pivot) and (x - pivot)^2 over them.
-struct PivotMoments {
+struct alignas(16) PivotMoments {
   float pivot;
   float sum;
   float squares;
   float count;
 };
 
-struct alignas(16) ReduceScratch {
+// One exchange between the blocks of a cluster (ExchangeAcrossCluster):
+// block r's 16 bytes arrive in received[r] by st.async, and `barrier` (an
+// mbarrier, one arrival a warp) completes its phase when every block's
+// have arrived and every warp of this block has asked for them.
+struct alignas(16) ClusterExchange {
+  float4 received[kMaxClusterBlocks];
+  uint64_t barrier;
+};
+
+// RowSum's cluster exchanges use channels 0..kReduceSlots-1 (its slots),
+// RowMergeMoments' the two after them (MomentSlot).
+inline constexpr int kExchangeChannels = kReduceSlots + 2;
+
+// 128-byte aligned, so that its size is a whole number of 128-byte lines
+// and the dynamic shared memory after it (the staged kernels' row images,
+// the parameter slots) starts on a line: a warp's 16-byte accesses to
+// consecutive slots then touch 4 lines, not 5. Measured on the H200
+// (BENCHMARKS.md, round 11): with the scratch 80 bytes off a line, every
+// in-block staged backward shape lost 0.10-0.13 of copy.
+struct alignas(128) ReduceScratch {
   float warp[kReduceSlots][32][2];
-  float block[kReduceSlots][2];
   // RowMergeMoments' exchanges, one per row: a slot for each parity of the
   // callers' row loops (MomentSlot).
   PivotMoments warp_moments[2][32];
-  PivotMoments block_moments[2];
+  ClusterExchange exchanges[kExchangeChannels];
 };
 
 struct RowTeam {
@@ -170,6 +190,91 @@ __device__ __forceinline__ int WarpsPerBlockRow(const RowTeam& team) {
   return block_row_threads >> 5;
 }
 
+// The exchanges between the blocks of a cluster go through mbarriers and
+// st.async (asynchronous stores into a remote block's shared memory that
+// complete on its mbarrier), not through cluster barriers: a cluster
+// barrier's release orders every earlier global store of the thread (a
+// fence at GPU scope before the arrival), which in a row loop waits for the
+// previous row's output to reach memory. Measured on the H200 (BENCHMARKS.md,
+// round 11).
+//
+// Kernels whose rows may span a cluster call BeginClusterExchanges once,
+// before their first row, with every thread of the block: it initializes the
+// block's mbarriers (one arrival a warp) and waits until every block of the
+// cluster has, so that no st.async reaches an uninitialized one.
+__device__ __forceinline__ void BeginClusterExchanges(ReduceScratch& scratch) {
+  if (threadIdx.x == 0) {
+    const uint32_t warps = blockDim.x / 32;
+#pragma unroll
+    for (int c = 0; c < kExchangeChannels; ++c) {
+      const uint32_t barrier =
+          static_cast<uint32_t>(__cvta_generic_to_shared(&scratch.exchanges[c].barrier));
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(barrier), "r"(warps) : "memory");
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  ClusterSync();
+}
+
+// Gives block r's `value` (the same in every lane of each block) to lane r of
+// every warp of the cluster, r < team.cluster; other lanes get zeros. Lanes
+// r of warp 0 store the block's value into block r's received[own rank] by
+// st.async; each warp's lane 0 arrives on the local mbarrier (thread 0 also
+// announces the cluster's bytes), and every thread waits for the phase its
+// warp's arrival belongs to. Contract (RowSum's): every thread of the block
+// calls it, and a channel is reused only after an exchange on another
+// channel, which no block passes before every block has read this one.
+__device__ __forceinline__ float4 ExchangeAcrossCluster(ClusterExchange& channel,
+                                                        const float4& value, const RowTeam& team) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  const uint32_t barrier = static_cast<uint32_t>(__cvta_generic_to_shared(&channel.barrier));
+  if (warp == 0 && lane < team.cluster) {
+    const uint32_t own_rank = cooperative_groups::this_cluster().block_rank();
+    const uint32_t slot =
+        static_cast<uint32_t>(__cvta_generic_to_shared(&channel.received[own_rank]));
+    uint32_t remote_slot;
+    uint32_t remote_barrier;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_slot) : "r"(slot), "r"(lane));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(remote_barrier)
+                 : "r"(barrier), "r"(lane));
+    asm volatile(
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
+        "[%5];" ::"r"(remote_slot),
+        "r"(__float_as_uint(value.x)), "r"(__float_as_uint(value.y)), "r"(__float_as_uint(value.z)),
+        "r"(__float_as_uint(value.w)), "r"(remote_barrier)
+        : "memory");
+  }
+  uint64_t state = 0;
+  if (lane == 0) {
+    if (warp == 0) {
+      const uint32_t bytes = static_cast<uint32_t>(team.cluster) * sizeof(float4);
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;"
+                   : "=l"(state)
+                   : "r"(barrier), "r"(bytes)
+                   : "memory");
+    } else {
+      asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1];"
+                   : "=l"(state)
+                   : "r"(barrier)
+                   : "memory");
+    }
+  }
+  state = __shfl_sync(0xffffffffu, state, 0);
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n\t.reg .pred complete;\n\t"
+        "mbarrier.try_wait.acquire.cluster.shared::cta.b64 complete, [%1], %2;\n\t"
+        "selp.u32 %0, 1, 0, complete;\n\t}"
+        : "=r"(done)
+        : "r"(barrier), "l"(state)
+        : "memory");
+  } while (done == 0);
+  return lane < team.cluster ? channel.received[lane] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
 template <int N>
 __device__ __forceinline__ void RowSum(float (&v)[N], const RowTeam& team, ReduceScratch& scratch,
                                        int slot) {
@@ -199,17 +304,18 @@ __device__ __forceinline__ void RowSum(float (&v)[N], const RowTeam& team, Reduc
   }
   if (team.cluster == 1) return;
 
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) scratch.block[slot][i] = v[i];
-  }
-  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  cluster.sync();
+  // Lane r of each warp gets block r's totals (one exchange, every block's
+  // in flight together); the warp then adds them in rank order by shuffles,
+  // so every lane of the cluster gets the same bits.
+  const float4 block = ExchangeAcrossCluster(
+      scratch.exchanges[slot], make_float4(v[0], N > 1 ? v[N - 1] : 0.0f, 0.0f, 0.0f), team);
+  const float mine[2] = {block.x, block.y};
 #pragma unroll
   for (int i = 0; i < N; ++i) {
-    float total = cluster.map_shared_rank(&scratch.block[slot][0], 0)[i];
-    for (int r = 1; r < team.cluster; ++r) {
-      total += cluster.map_shared_rank(&scratch.block[slot][0], r)[i];
+    float total = __shfl_sync(0xffffffffu, mine[i], 0);
+#pragma unroll
+    for (int r = 1; r < kMaxClusterBlocks; ++r) {
+      if (r < team.cluster) total += __shfl_sync(0xffffffffu, mine[i], r);
     }
     v[i] = total;
   }
@@ -250,8 +356,8 @@ __device__ __forceinline__ float WeightedPivot(float weighted_sum, float count) 
 // memory and one barrier; the count-weighted mean of the warps' pivots by
 // butterfly (WeightedPivot); each warp's moments recentred on it and added
 // by butterfly in warp order (RowSum's step 2: the same bits in every lane).
-// For a row that spans a cluster, then the blocks' moments through
-// distributed shared memory: the weighted mean of their pivots, then each
+// For a row that spans a cluster, then the blocks' moments through one
+// ExchangeAcrossCluster: the weighted mean of their pivots, then each
 // recentred on it and added, both in rank order. Rows of more than one warp;
 // empty parts (count 0, pivot 0, sums 0) add nothing. `row_slot`: the
 // caller's first RowSum slot of the row (MomentSlot), with RowSum's contract.
@@ -279,28 +385,36 @@ __device__ __forceinline__ PivotMoments RowMergeMoments(const PivotMoments& warp
   }
   if (team.cluster == 1) return m;
 
-  if (threadIdx.x == 0) scratch.block_moments[slot] = m;
-  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  cluster.sync();
+  // Lane r of each warp gets block r's moments (one exchange); the weighted
+  // pivot and the sums are then taken in rank order by shuffles, and each
+  // lane recentres its own block's moments: the same operations on the same
+  // values in every lane.
+  const float4 block = ExchangeAcrossCluster(scratch.exchanges[kReduceSlots + slot],
+                                             make_float4(m.pivot, m.sum, m.squares, m.count), team);
+  const PivotMoments mine{block.x, block.y, block.z, block.w};
   float weighted_sum = 0.0f;
   float count = 0.0f;
-#pragma unroll 1
-  for (int r = 0; r < team.cluster; ++r) {
-    const PivotMoments& block = *cluster.map_shared_rank(&scratch.block_moments[slot], r);
-    weighted_sum = __fmaf_rn(block.count, block.pivot, weighted_sum);
-    count = __fadd_rn(count, block.count);
+#pragma unroll
+  for (int r = 0; r < kMaxClusterBlocks; ++r) {
+    if (r < team.cluster) {
+      const float block_count = __shfl_sync(0xffffffffu, mine.count, r);
+      const float block_pivot = __shfl_sync(0xffffffffu, mine.pivot, r);
+      weighted_sum = __fmaf_rn(block_count, block_pivot, weighted_sum);
+      count = __fadd_rn(count, block_count);
+    }
   }
   PivotMoments total;
   total.pivot = WeightedPivot(weighted_sum, count);
   total.sum = 0.0f;
   total.squares = 0.0f;
   total.count = count;
-#pragma unroll 1
-  for (int r = 0; r < team.cluster; ++r) {
-    const PivotMoments block =
-        RecenterMoments(*cluster.map_shared_rank(&scratch.block_moments[slot], r), total.pivot);
-    total.sum = __fadd_rn(total.sum, block.sum);
-    total.squares = __fadd_rn(total.squares, block.squares);
+  const PivotMoments centred = RecenterMoments(mine, total.pivot);
+#pragma unroll
+  for (int r = 0; r < kMaxClusterBlocks; ++r) {
+    if (r < team.cluster) {
+      total.sum = __fadd_rn(total.sum, __shfl_sync(0xffffffffu, centred.sum, r));
+      total.squares = __fadd_rn(total.squares, __shfl_sync(0xffffffffu, centred.squares, r));
+    }
   }
   return total;
 }
