@@ -182,11 +182,20 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
     // staging would add its copies to every block.
     const detail::ForwardKernel staged = detail::FindParamStagedForwardKernel(x_dtype, plan);
     if (staged == nullptr) return Status(Code::kInternal, "no parameter-staging forward kernel");
-    const std::size_t smem = detail::ParamStagingBytes(plan);
-    const int64_t resident = ResidentUnits(staged, plan, smem);
-    if (resident > 0 && params.row_groups <= resident) {
-      const Status launched = detail::LaunchWithPlan(staged, plan, params.row_groups, smem, params,
-                                                     stream, kEarlyLaunch);
+    // No more rows than multiprocessors: a block of each row alone spreads
+    // the rows over as many multiprocessors instead of pairing them in
+    // blocks (WaveRowsPlan; the row's team and thread mapping stay the
+    // plan's, so do the bits).
+    const KernelPlan wave =
+        params.total_rows <= detail::MultiprocessorCount() ? detail::WaveRowsPlan(plan) : plan;
+    ForwardParams wave_params = params;
+    wave_params.shape = detail::ShapeOf(wave);
+    wave_params.row_groups = (params.total_rows + wave.groups - 1) / wave.groups;
+    const std::size_t smem = detail::ParamStagingBytes(wave);
+    const int64_t resident = ResidentUnits(staged, wave, smem);
+    if (resident > 0 && wave_params.row_groups <= resident) {
+      const Status launched = detail::LaunchWithPlan(staged, wave, wave_params.row_groups, smem,
+                                                     wave_params, stream, kEarlyLaunch);
       if (launched.ok()) detail::param_staged_launches.fetch_add(1, std::memory_order_relaxed);
       return launched;
     }

@@ -60,6 +60,21 @@ inline bool UsesParamStaging(const KernelPlan& plan, bool fast, bool single_segm
          plan.cluster == 1 && param_dtype == x_dtype;
 }
 
+// The plan of a parameter-staging launch whose rows are no more than the
+// device's multiprocessors: rows of four warps or more get a block each
+// (groups 1) instead of sharing one; the row's team, and so every bit of its
+// result, is the plan's. Measured on the H200 with an experiment build that
+// took one row a block for every bf16 H = 4096 launch (BENCHMARKS.md, round
+// 11, step 6): 64 rows from a graph 3.09 -> 2.84 us, but large launches
+// lost 0.18 of copy, hence only here.
+inline KernelPlan WaveRowsPlan(const KernelPlan& plan) {
+  if (plan.groups == 1 || plan.row_threads < 128) return plan;
+  KernelPlan wave = plan;
+  wave.groups = 1;
+  wave.block_threads = plan.row_threads;
+  return wave;
+}
+
 // Its dynamic shared memory: a 16-byte slot per thread, chunk and parameter.
 inline std::size_t ParamStagingBytes(const KernelPlan& plan) {
   return std::size_t{2} * static_cast<std::size_t>(plan.slots) *

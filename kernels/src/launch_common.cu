@@ -39,4 +39,22 @@ int64_t ResidentBlocks(const void* kernel, int block_threads, std::size_t dynami
   return value;
 }
 
+int64_t MultiprocessorCount() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  static std::mutex mutex;
+  static std::vector<std::pair<int, int64_t>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& [d, value] : cache) {
+    if (d == device) return value;
+  }
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  cache.emplace_back(device, sms);
+  return sms;
+}
+
 }  // namespace normsvc::kernels::detail

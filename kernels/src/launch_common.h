@@ -52,6 +52,9 @@ inline constexpr std::size_t kMaxDynamicSmem = 200 * 1024;
 // size, shared memory); 0 when a query fails.
 int64_t ResidentBlocks(const void* kernel, int block_threads, std::size_t dynamic_smem);
 
+// The current device's multiprocessor count (cached; 0 when the query fails).
+int64_t MultiprocessorCount();
+
 // Launches `kernel` with `blocks` blocks of the plan's size, as clusters of
 // plan.cluster blocks when that is more than one. `early_launch`: the launch
 // may be scheduled before the previous kernel in the stream has finished

@@ -46,7 +46,9 @@ TEST(ForwardParamStaging, SmallLaunchesMatchReferenceAndOneRowSegmentsBitForBit)
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
       for (int64_t hidden : {8, 64, 768, 1024, 4096, 8192}) {
-        for (int64_t rows : {1, 8, 64}) {
+        // 200: more rows than the H200's 132 multiprocessors (the plan's own
+        // blocks; WaveRowsPlan below that).
+        for (int64_t rows : {1, 8, 64, 200}) {
           ++variant;
           ForwardSpec spec;
           spec.op = op;
