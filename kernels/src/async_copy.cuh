@@ -18,6 +18,17 @@ __device__ __forceinline__ void CopyAsync16(void* shared_destination, const void
                : "memory");
 }
 
+// The first `source_bytes` (at most 16) bytes from global_source, the rest
+// of the 16 destination bytes zero; no byte past source_bytes is read.
+__device__ __forceinline__ void CopyAsync16ZeroFill(void* shared_destination,
+                                                    const void* global_source,
+                                                    uint32_t source_bytes) {
+  const uint32_t destination = static_cast<uint32_t>(__cvta_generic_to_shared(shared_destination));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(destination),
+               "l"(global_source), "r"(source_bytes)
+               : "memory");
+}
+
 __device__ __forceinline__ void CommitAsyncCopies() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 }

@@ -7,16 +7,19 @@
 // four-byte loads a thread, and the registers they occupy cap the rows an SM
 // keeps in flight far below what the memory system needs (0.17 of a copy's
 // bandwidth for bf16 at H = 2049). Here 16-byte asynchronous copies
-// (cp.async, no registers) move each row's 16-byte-aligned middle into
-// shared memory, kStagedStages - 1 rows ahead of the block's arithmetic,
-// whatever the row's alignment; the at most 15 bytes before and after it are
-// read from global memory directly. A block is persistent: it loops over its
-// rows and keeps the next ones in flight. (The profile of round 6 in
-// BENCHMARKS.md: the kernel is bound by the one-element slots' instructions,
-// about 30 an element to write it, not by memory.)
+// (cp.async, no registers) move each row into shared memory from its first
+// 16-byte boundary to its end (the last copy zero-fills past the row),
+// kStagedStages - 1 rows ahead of the block's arithmetic, whatever the row's
+// alignment; the at most 7 elements before that boundary (the row's head)
+// are loaded one row ahead into the registers of the threads that own them
+// and written into the image before the row is read. A block is persistent:
+// it loops over its rows and keeps the next ones in flight.
 // Each pass (sum, moments, output) reads the row from its image and visits
-// only the slots that hold elements: no register holds the row, and a row of
-// H = 2049 costs 9 slots' work, not the plan's 16.
+// only the slots that hold elements (9 of the plan's 16 at H = 2049), with
+// no test of where an element lies: the profile of round 6 in BENCHMARKS.md
+// found the kernel bound by the one-element slots' instructions, and round
+// 12 a divergent branch an element where the image's ends were read from
+// global memory.
 //
 // The thread mapping (element k * row_threads + rank in slot k), the
 // arithmetic (RowStatistics, WriteLeanRow) and the plan are those of
@@ -37,9 +40,10 @@ inline constexpr int kStagedSlots = 16;  // the strided plan this kernel serves
 // rows in flight.
 inline constexpr int kStagedMinBlocks = 3;
 
-// Bytes of one row's image in shared memory (room for the whole row).
+// Bytes of one row's image in shared memory: 16 for the row's head, then
+// room for the rest of the row in whole 16-byte blocks.
 __host__ __device__ constexpr uint32_t StagedBufferBytes(int64_t hidden, int64_t dtype_size) {
-  return static_cast<uint32_t>((hidden * dtype_size + 15) / 16 * 16);
+  return static_cast<uint32_t>(16 + (hidden * dtype_size + 15) / 16 * 16);
 }
 
 // Dynamic shared memory of a launch: every stage holds one image per row
@@ -49,20 +53,24 @@ __host__ __device__ constexpr std::size_t StagedSharedBytes(int64_t hidden, int6
   return static_cast<std::size_t>(kStagedStages) * groups * StagedBufferBytes(hidden, dtype_size);
 }
 
-// The part of a row the 16-byte copies move: from the first 16-byte boundary at
-// or after the row's start to the last one at or before its end.
+// The part of a row the copies move: from the first 16-byte boundary at or
+// after the row's start to the row's end; it goes to the image from byte 16
+// on. The row's head (the bytes before `begin`, at most 15) goes to the
+// image's first 16 bytes, ending at byte 16.
 struct StagedSpan {
   uintptr_t begin;
-  uint32_t bytes;  // 0 when no whole 16-byte block lies inside the row
+  uint32_t bytes;  // 0 when the row ends before its first 16-byte boundary
+  int head_bytes;  // begin - the row's start
 };
 
 __device__ __forceinline__ StagedSpan SpanOf(const void* row, int64_t row_bytes) {
   const uintptr_t start = reinterpret_cast<uintptr_t>(row);
   const uintptr_t begin = (start + 15) & ~uintptr_t{15};
-  const uintptr_t end = (start + static_cast<uintptr_t>(row_bytes)) & ~uintptr_t{15};
+  const uintptr_t end = start + static_cast<uintptr_t>(row_bytes);
   StagedSpan span;
   span.begin = begin;
   span.bytes = end > begin ? static_cast<uint32_t>(end - begin) : 0u;
+  span.head_bytes = static_cast<int>(begin - start);
   return span;
 }
 
@@ -88,37 +96,43 @@ __device__ __forceinline__ void IssueStage(const ForwardParams& p, const RowSche
     unsigned char* image =
         images + static_cast<uint32_t>(stage * schedule.groups + g) * image_bytes;
     for (uint32_t offset = threadIdx.x * 16u; offset < span.bytes; offset += blockDim.x * 16u) {
-      CopyAsync16(image + offset, reinterpret_cast<const unsigned char*>(span.begin) + offset);
+      const uint32_t left_bytes = span.bytes - offset;
+      CopyAsync16ZeroFill(image + 16 + offset,
+                          reinterpret_cast<const unsigned char*>(span.begin) + offset,
+                          left_bytes < 16u ? left_bytes : 16u);
     }
   }
   CommitAsyncCopies();
 }
 
-// A row's image in shared memory, indexed like the row: element e lies at
-// at[e] when first <= e < first + count (the 16-byte-aligned middle the
-// copies moved), else it is read from global memory (the at most 15 bytes at
-// either end).
+// A row's image in shared memory, indexed like the row: element e at at[e]
+// for every e < H once the row's head is written into it (StagedRows).
 template <typename T>
 struct StagedImage {
-  const T* at;
-  int first;
-  uint32_t count;
-
-  __device__ __forceinline__ T Element(const T* x, int element) const {
-    return static_cast<uint32_t>(element - first) < count ? at[element] : x[element];
-  }
+  T* at;
+  int head;  // elements before the row's first 16-byte boundary
 };
 
 template <typename T>
-__device__ __forceinline__ StagedImage<T> ImageOf(const T* x, const unsigned char* image,
+__device__ __forceinline__ StagedImage<T> ImageOf(const T* x, unsigned char* image,
                                                   int64_t row_bytes) {
   const StagedSpan span = SpanOf(x, row_bytes);
-  const int head_bytes = static_cast<int>(span.begin - reinterpret_cast<uintptr_t>(x));
   StagedImage<T> view;
-  view.at = reinterpret_cast<const T*>(image - head_bytes);
-  view.first = head_bytes / static_cast<int>(sizeof(T));
-  view.count = span.bytes / static_cast<uint32_t>(sizeof(T));
+  view.at = reinterpret_cast<T*>(image + 16 - span.head_bytes);
+  view.head = span.head_bytes / static_cast<int>(sizeof(T));
+  if (view.head * static_cast<int>(sizeof(T)) > static_cast<int>(row_bytes)) {
+    view.head = static_cast<int>(row_bytes / static_cast<int64_t>(sizeof(T)));
+  }
   return view;
+}
+
+// The head element the calling thread owns (element `rank` when rank is
+// below the row's head count), read from global memory; 0 for the others.
+template <typename T>
+__device__ __forceinline__ T LoadHead(const T* x, int64_t row_bytes, const RowTeam& team) {
+  const int head = SpanOf(x, row_bytes).head_bytes / static_cast<int>(sizeof(T));
+  const int64_t elements = row_bytes / static_cast<int64_t>(sizeof(T));
+  return team.rank < head && team.rank < elements ? x[team.rank] : FromFloat<T>(0.0f);
 }
 
 // RowStatistics (forward_kernel.cuh) for one-element slots, operation for
@@ -130,16 +144,16 @@ __device__ __forceinline__ StagedImage<T> ImageOf(const T* x, const unsigned cha
 // in the block's reductions). Staged rows lie within a block, so LayerNorm
 // takes the two-pass form.
 template <typename T>
-__device__ __forceinline__ RowStats StagedRowStatistics(const T* x, const StagedImage<T>& image,
-                                                        int present, int hidden, float epsilon,
-                                                        bool layer_norm, const RowTeam& team,
-                                                        ReduceScratch& scratch, int first_slot) {
+__device__ __forceinline__ RowStats StagedRowStatistics(const StagedImage<T>& image, int present,
+                                                        int hidden, float epsilon, bool layer_norm,
+                                                        const RowTeam& team, ReduceScratch& scratch,
+                                                        int first_slot) {
   RowStats stats;
   const float h = static_cast<float>(hidden);
   if (!layer_norm) {
     float squares[1] = {0.0f};
     for (int element = team.rank; element < present; element += team.row_threads) {
-      const float v = ToFloat(image.Element(x, element));
+      const float v = ToFloat(image.at[element]);
       squares[0] = fmaf(v, v, squares[0]);
     }
     RowSum<1>(squares, team, scratch, first_slot + 1);
@@ -148,13 +162,13 @@ __device__ __forceinline__ RowStats StagedRowStatistics(const T* x, const Staged
   }
   float sum[1] = {0.0f};
   for (int element = team.rank; element < present; element += team.row_threads) {
-    sum[0] += ToFloat(image.Element(x, element));
+    sum[0] += ToFloat(image.at[element]);
   }
   RowSum<1>(sum, team, scratch, first_slot);
   stats.mean_hi = sum[0] / h;
   float moments[2] = {0.0f, 0.0f};
   for (int element = team.rank; element < present; element += team.row_threads) {
-    const float d = ToFloat(image.Element(x, element)) - stats.mean_hi;
+    const float d = ToFloat(image.at[element]) - stats.mean_hi;
     moments[0] += d;
     moments[1] = fmaf(d, d, moments[1]);
   }
@@ -166,15 +180,14 @@ __device__ __forceinline__ RowStats StagedRowStatistics(const T* x, const Staged
 // WriteLeanRow's arithmetic for one-element slots, re-reading each element
 // from the image instead of holding the row in registers.
 template <typename T, typename P, bool kLayerNorm, bool kGamma, bool kBeta>
-__device__ __forceinline__ void WriteStagedRow(const DeviceSegment& s, const T* x,
-                                               const StagedImage<T>& image, T* out,
-                                               const RowStats& stats, const RowTeam& team) {
+__device__ __forceinline__ void WriteStagedRow(const DeviceSegment& s, const StagedImage<T>& image,
+                                               T* out, const RowStats& stats, const RowTeam& team) {
   const P* gamma = static_cast<const P*>(s.gamma);
   const P* beta = static_cast<const P*>(s.beta);
   for (int element = team.rank; element < s.hidden; element += team.row_threads) {
     const float g = kGamma ? ToFloat(__ldg(gamma + element)) : 0.0f;
     const float b = kBeta ? ToFloat(__ldg(beta + element)) : 0.0f;
-    const float n = NormalizedValue(ToFloat(image.Element(x, element)), stats, kLayerNorm);
+    const float n = NormalizedValue(ToFloat(image.at[element]), stats, kLayerNorm);
     StoreStreaming(out + element, FromFloat<T>(ApplyAffine(n, g, b, kGamma, kBeta)));
   }
 }
@@ -194,27 +207,40 @@ __device__ __forceinline__ void StagedRows(const ForwardParams& p, unsigned char
       CommitAsyncCopies();
     }
   }
+  // The head of this thread's row of the next iteration, one row ahead.
+  T head = FromFloat<T>(0.0f);
+  if (schedule.iterations > 0) {
+    const int64_t row = schedule.FirstRowOf(0) + team.group;
+    if (row < p.total_rows) head = LoadHead(StagedRow<T>(s, row), row_bytes, team);
+  }
 
   for (int it = 0; it < schedule.iterations; ++it) {
     const int stage = it % kStagedStages;
     // This iteration's group is the oldest of the kStagedStages pending.
     WaitAsyncCopies<kStagedStages - 1>();
-    __syncthreads();
     const int64_t row = schedule.FirstRowOf(it) + team.group;
     const bool active = row < p.total_rows;
     const T* x = StagedRow<T>(s, active ? row : 0);
     const StagedImage<T> image = ImageOf(
         x, images + static_cast<uint32_t>(stage * schedule.groups + team.group) * image_bytes,
         row_bytes);
+    // The image's first 16 bytes are no copy's destination: the head goes
+    // there before the barrier that shows the row to the whole team.
+    if (active && team.rank < image.head) image.at[team.rank] = head;
+    __syncthreads();
+    const int64_t next_row =
+        it + 1 < schedule.iterations ? schedule.FirstRowOf(it + 1) + team.group : p.total_rows;
+    if (next_row < p.total_rows) {
+      head = LoadHead(StagedRow<T>(s, next_row), row_bytes, team);
+    }
     // Every thread of the block reaches the reductions, active row or not.
-    const RowStats stats =
-        StagedRowStatistics<T>(x, image, active ? s.hidden : 0, s.hidden, s.epsilon, kLayerNorm,
-                               team, scratch, (it & 1) * 2);
+    const RowStats stats = StagedRowStatistics<T>(image, active ? s.hidden : 0, s.hidden, s.epsilon,
+                                                  kLayerNorm, team, scratch, (it & 1) * 2);
     if (active) {
       T* out = static_cast<T*>(s.out) + row * s.out_stride;
       WithAffine<kLayerNorm>(s, [&](auto gamma, auto beta) {
         WriteStagedRow<T, P, kLayerNorm, decltype(gamma)::value, decltype(beta)::value>(
-            s, x, image, out, stats, team);
+            s, image, out, stats, team);
       });
       if (team.rank == 0) {
         if (s.mean != nullptr) s.mean[row] = stats.mean_hi + stats.mean_lo;
