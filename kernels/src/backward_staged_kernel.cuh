@@ -219,10 +219,18 @@ __device__ __forceinline__ void StagedBackwardRows(const BackwardParams& p, cons
 }
 
 // Launch bound: blocks of up to kBackwardStagedBlockThreads threads; 16-bit
-// rows get up to 80 registers (their 32 accumulators and 16 gamma values), fp32
-// rows 64, so that two blocks of 512 fit on a multiprocessor.
-template <typename T>
-inline constexpr int kStagedBoundThreads = sizeof(T) == 4 ? 1024 : kBackwardStagedBlockThreads;
+// rows within a block get up to 80 registers (their 32 accumulators and 16
+// gamma values), fp32 rows 64, so that two blocks of 512 fit on a
+// multiprocessor. 16-bit cluster rows (blocks of 512) get 64 too, so that
+// two of their blocks fit: they spill a few words, and still measured +0.04
+// to +0.08 of copy on the H200 (BENCHMARKS.md, round 12), while the in-block
+// LayerNorm rows lost 0.15 at that bound.
+template <typename T, bool kCluster>
+inline constexpr int kStagedBoundThreads = sizeof(T) == 4
+                                               ? 1024
+                                               : (kCluster ? 512 : kBackwardStagedBlockThreads);
+template <typename T, bool kCluster>
+inline constexpr int kStagedBoundBlocks = sizeof(T) != 4 && kCluster ? 2 : 1;
 
 // kFull: every thread of a row owns all V of its chunks (hidden == V * W *
 // row_threads), so no chunk needs a test. kLayerNorm: the op. kSaved: mean
@@ -235,7 +243,7 @@ inline constexpr int kStagedBoundThreads = sizeof(T) == 4 ? 1024 : kBackwardStag
 // reductions.
 template <typename T, int V, int W, bool kFull, bool kLayerNorm, bool kSaved, bool kAligned,
           bool kCluster>
-__global__ void __launch_bounds__(kStagedBoundThreads<T>, 1)
+__global__ void __launch_bounds__(kStagedBoundThreads<T, kCluster>, kStagedBoundBlocks<T, kCluster>)
     BackwardStagedKernel(const __grid_constant__ BackwardParams p) {
   static_assert(sizeof(Pack<T, W>) == 16, "a slot holds one 16-byte chunk");
   // The column reduction (launched early) may be scheduled once every block
