@@ -151,12 +151,14 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
   params.row_groups = (params.total_rows + plan.groups - 1) / plan.groups;
   if (detail::UsesStagedForward(plan, fast, params.segment_count == 1,
                                 params.single.residual != nullptr)) {
-    // Each block keeps kStagedStages row images in its shared memory.
+    // Each block keeps gamma, beta and kStagedStages row images in its
+    // shared memory.
     const detail::ForwardKernel kernel =
         detail::FindStagedForwardKernel(x_dtype, plan, param_dtype);
     if (kernel == nullptr) return Status(Code::kInternal, "no staged forward kernel for this plan");
-    const std::size_t smem = detail::StagedSharedBytes(
-        params.single.hidden, static_cast<int64_t>(DTypeSize(x_dtype)), plan.groups);
+    const std::size_t smem =
+        detail::StagedSharedBytes(params.single.hidden, static_cast<int64_t>(DTypeSize(x_dtype)),
+                                  static_cast<int64_t>(DTypeSize(param_dtype)), plan.groups);
     return LaunchPersistent(kernel, plan, smem, ResidentUnits(kernel, plan, smem), params, stream);
   }
   if (detail::UsesRingForward(plan, fast, params.segment_count == 1,

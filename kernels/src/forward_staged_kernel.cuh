@@ -46,11 +46,18 @@ __host__ __device__ constexpr uint32_t StagedBufferBytes(int64_t hidden, int64_t
   return static_cast<uint32_t>(16 + (hidden * dtype_size + 15) / 16 * 16);
 }
 
-// Dynamic shared memory of a launch: every stage holds one image per row
-// group of the block.
+// Bytes of the block's copy of gamma and beta (H elements of the parameter
+// dtype each), in whole 16-byte blocks.
+__host__ __device__ constexpr uint32_t StagedParamBytes(int64_t hidden, int64_t param_size) {
+  return static_cast<uint32_t>((2 * hidden * param_size + 15) / 16 * 16);
+}
+
+// Dynamic shared memory of a launch: gamma and beta, then every stage holds
+// one image per row group of the block.
 __host__ __device__ constexpr std::size_t StagedSharedBytes(int64_t hidden, int64_t dtype_size,
-                                                            int groups) {
-  return static_cast<std::size_t>(kStagedStages) * groups * StagedBufferBytes(hidden, dtype_size);
+                                                            int64_t param_size, int groups) {
+  return StagedParamBytes(hidden, param_size) +
+         static_cast<std::size_t>(kStagedStages) * groups * StagedBufferBytes(hidden, dtype_size);
 }
 
 // The part of a row the copies move: from the first 16-byte boundary at or
@@ -177,29 +184,49 @@ __device__ __forceinline__ RowStats StagedRowStatistics(const StagedImage<T>& im
   return stats;
 }
 
-// WriteLeanRow's arithmetic for one-element slots, re-reading each element
-// from the image instead of holding the row in registers.
-template <typename T, typename P, bool kLayerNorm, bool kGamma, bool kBeta>
-__device__ __forceinline__ void WriteStagedRow(const DeviceSegment& s, const StagedImage<T>& image,
-                                               T* out, const RowStats& stats, const RowTeam& team) {
+// The block's gamma and beta in shared memory: params[e] and params[H + e].
+// Group 0's threads copy their own elements (the elements every group's
+// threads of the same rank read) as the block starts; the first row's
+// barrier shows them to the other groups.
+template <typename P>
+__device__ __forceinline__ void StageParamsOf(const DeviceSegment& s, const RowTeam& team,
+                                              P* params) {
+  if (team.group != 0) return;
   const P* gamma = static_cast<const P*>(s.gamma);
   const P* beta = static_cast<const P*>(s.beta);
   for (int element = team.rank; element < s.hidden; element += team.row_threads) {
-    const float g = kGamma ? ToFloat(__ldg(gamma + element)) : 0.0f;
-    const float b = kBeta ? ToFloat(__ldg(beta + element)) : 0.0f;
+    if (gamma != nullptr) params[element] = __ldg(gamma + element);
+    if (beta != nullptr) params[s.hidden + element] = __ldg(beta + element);
+  }
+}
+
+// WriteLeanRow's arithmetic for one-element slots, re-reading each element
+// from the image instead of holding the row in registers, and gamma and beta
+// from the block's copy (StageParamsOf).
+template <typename T, typename P, bool kLayerNorm, bool kGamma, bool kBeta>
+__device__ __forceinline__ void WriteStagedRow(const DeviceSegment& s, const StagedImage<T>& image,
+                                               const P* params, T* out, const RowStats& stats,
+                                               const RowTeam& team) {
+  const P* gamma = params;
+  const P* beta = params + s.hidden;
+  for (int element = team.rank; element < s.hidden; element += team.row_threads) {
+    const float g = kGamma ? ToFloat(gamma[element]) : 0.0f;
+    const float b = kBeta ? ToFloat(beta[element]) : 0.0f;
     const float n = NormalizedValue(ToFloat(image.at[element]), stats, kLayerNorm);
     StoreStreaming(out + element, FromFloat<T>(ApplyAffine(n, g, b, kGamma, kBeta)));
   }
 }
 
 template <typename T, typename P, bool kLayerNorm>
-__device__ __forceinline__ void StagedRows(const ForwardParams& p, unsigned char* images,
+__device__ __forceinline__ void StagedRows(const ForwardParams& p, unsigned char* shared,
                                            ReduceScratch& scratch) {
   const DeviceSegment& s = p.single;
   const RowTeam team = MakeBlockTeam(p.shape);  // staged plans lie within a block
   const RowSchedule schedule = MakeSchedule(p.shape, p.row_groups);
   const int64_t row_bytes = static_cast<int64_t>(s.hidden) * sizeof(T);
   const uint32_t image_bytes = StagedBufferBytes(s.hidden, sizeof(T));
+  P* const params = reinterpret_cast<P*>(shared);
+  unsigned char* const images = shared + StagedParamBytes(s.hidden, sizeof(P));
   for (int it = 0; it < kStagedStages; ++it) {
     if (it < schedule.iterations) {
       IssueStage<T>(p, schedule, it, it, images, image_bytes);
@@ -207,6 +234,7 @@ __device__ __forceinline__ void StagedRows(const ForwardParams& p, unsigned char
       CommitAsyncCopies();
     }
   }
+  StageParamsOf<P>(s, team, params);
   // The head of this thread's row of the next iteration, one row ahead.
   T head = FromFloat<T>(0.0f);
   if (schedule.iterations > 0) {
@@ -240,7 +268,7 @@ __device__ __forceinline__ void StagedRows(const ForwardParams& p, unsigned char
       T* out = static_cast<T*>(s.out) + row * s.out_stride;
       WithAffine<kLayerNorm>(s, [&](auto gamma, auto beta) {
         WriteStagedRow<T, P, kLayerNorm, decltype(gamma)::value, decltype(beta)::value>(
-            s, image, out, stats, team);
+            s, image, params, out, stats, team);
       });
       if (team.rank == 0) {
         if (s.mean != nullptr) s.mean[row] = stats.mean_hi + stats.mean_lo;
