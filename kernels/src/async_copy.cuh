@@ -1,4 +1,4 @@
-// 16-byte asynchronous copies from global to shared memory (cp.async, sm_80
+// Asynchronous copies (16, 8 or 4 bytes) from global to shared memory (cp.async, sm_80
 // and later): the data goes to shared memory without passing through
 // registers, so a thread can keep many copies in flight.
 //
@@ -18,14 +18,17 @@ __device__ __forceinline__ void CopyAsync16(void* shared_destination, const void
                : "memory");
 }
 
-// The first `source_bytes` (at most 16) bytes from global_source, the rest
-// of the 16 destination bytes zero; no byte past source_bytes is read.
-__device__ __forceinline__ void CopyAsync16ZeroFill(void* shared_destination,
-                                                    const void* global_source,
-                                                    uint32_t source_bytes) {
+// 8- and 4-byte asynchronous copies: source and destination aligned to
+// their size.
+__device__ __forceinline__ void CopyAsync8(void* shared_destination, const void* global_source) {
   const uint32_t destination = static_cast<uint32_t>(__cvta_generic_to_shared(shared_destination));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(destination),
-               "l"(global_source), "r"(source_bytes)
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(destination), "l"(global_source)
+               : "memory");
+}
+
+__device__ __forceinline__ void CopyAsync4(void* shared_destination, const void* global_source) {
+  const uint32_t destination = static_cast<uint32_t>(__cvta_generic_to_shared(shared_destination));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(destination), "l"(global_source)
                : "memory");
 }
 

@@ -6,13 +6,15 @@
 // each of 16 slots, so loading a row from global memory takes 16 two- or
 // four-byte loads a thread, and the registers they occupy cap the rows an SM
 // keeps in flight far below what the memory system needs (0.17 of a copy's
-// bandwidth for bf16 at H = 2049). Here 16-byte asynchronous copies
-// (cp.async, no registers) move each row into shared memory from its first
-// 16-byte boundary to its end (the last copy zero-fills past the row),
+// bandwidth for bf16 at H = 2049). Here asynchronous copies (cp.async, no
+// registers; 16 bytes, and 8 and 4 at the row's end) move each row into
+// shared memory from its first 16-byte boundary to its last 4-byte one,
 // kStagedStages - 1 rows ahead of the block's arithmetic, whatever the row's
-// alignment; the at most 7 elements before that boundary (the row's head)
-// are loaded one row ahead into the registers of the threads that own them
-// and written into the image before the row is read. A block is persistent:
+// alignment; the row's edges (the at most 7 elements before that 16-byte
+// boundary, and a 16-bit row's last element when the row ends between two
+// 4-byte boundaries) are loaded one row ahead into the registers of the
+// threads that own them and written into the image before the row is read.
+// No copy reads a byte outside the row. A block is persistent:
 // it loops over its rows and keeps the next ones in flight.
 // Each pass (sum, moments, output) reads the row from its image and visits
 // only the slots that hold elements (9 of the plan's 16 at H = 2049), with
@@ -61,23 +63,27 @@ __host__ __device__ constexpr std::size_t StagedSharedBytes(int64_t hidden, int6
 }
 
 // The part of a row the copies move: from the first 16-byte boundary at or
-// after the row's start to the row's end; it goes to the image from byte 16
-// on. The row's head (the bytes before `begin`, at most 15) goes to the
-// image's first 16 bytes, ending at byte 16.
+// after the row's start to the last 4-byte boundary at or before its end; it
+// goes to the image from byte 16 on. The row's head (the bytes before
+// `begin`, at most 15) goes to the image's first 16 bytes, ending at byte 16,
+// and its tail (the at most 2 bytes after the span) right after the span.
 struct StagedSpan {
   uintptr_t begin;
-  uint32_t bytes;  // 0 when the row ends before its first 16-byte boundary
+  uint32_t bytes;  // a multiple of 4; 0 when the row ends before `begin` + 4
   int head_bytes;  // begin - the row's start
+  bool has_tail;   // the row's last element lies after the span
 };
 
 __device__ __forceinline__ StagedSpan SpanOf(const void* row, int64_t row_bytes) {
   const uintptr_t start = reinterpret_cast<uintptr_t>(row);
   const uintptr_t begin = (start + 15) & ~uintptr_t{15};
   const uintptr_t end = start + static_cast<uintptr_t>(row_bytes);
+  const uintptr_t words_end = end & ~uintptr_t{3};
   StagedSpan span;
   span.begin = begin;
-  span.bytes = end > begin ? static_cast<uint32_t>(end - begin) : 0u;
+  span.bytes = words_end > begin ? static_cast<uint32_t>(words_end - begin) : 0u;
   span.head_bytes = static_cast<int>(begin - start);
+  span.has_tail = end > begin && words_end < end;
   return span;
 }
 
@@ -86,7 +92,7 @@ __device__ __forceinline__ const T* StagedRow(const DeviceSegment& s, int64_t ro
   return static_cast<const T*>(s.x) + row * s.x_stride;
 }
 
-// Every thread of the block: starts its share of the 16-byte copies of
+// Every thread of the block: starts its share of the copies of
 // iteration `it`'s rows into `stage`, as one commit group (empty for a
 // thread with no share, so that every thread counts the same groups).
 template <typename T>
@@ -102,44 +108,69 @@ __device__ __forceinline__ void IssueStage(const ForwardParams& p, const RowSche
     const StagedSpan span = SpanOf(StagedRow<T>(s, first + g), row_bytes);
     unsigned char* image =
         images + static_cast<uint32_t>(stage * schedule.groups + g) * image_bytes;
+    const unsigned char* source = reinterpret_cast<const unsigned char*>(span.begin);
     for (uint32_t offset = threadIdx.x * 16u; offset < span.bytes; offset += blockDim.x * 16u) {
       const uint32_t left_bytes = span.bytes - offset;
-      CopyAsync16ZeroFill(image + 16 + offset,
-                          reinterpret_cast<const unsigned char*>(span.begin) + offset,
-                          left_bytes < 16u ? left_bytes : 16u);
+      if (left_bytes >= 16u) {
+        CopyAsync16(image + 16 + offset, source + offset);
+        continue;
+      }
+      // The span's last 4-12 bytes: an 8-byte copy, then a 4-byte one.
+      uint32_t at = offset;
+      if (left_bytes >= 8u) {
+        CopyAsync8(image + 16 + at, source + at);
+        at += 8u;
+      }
+      if ((left_bytes & 4u) != 0u) CopyAsync4(image + 16 + at, source + at);
     }
   }
   CommitAsyncCopies();
 }
 
 // A row's image in shared memory, indexed like the row: element e at at[e]
-// for every e < H once the row's head is written into it (StagedRows).
+// for every e < H once the row's edges are written into it (StagedRows).
 template <typename T>
 struct StagedImage {
   T* at;
-  int head;  // elements before the row's first 16-byte boundary
 };
 
 template <typename T>
 __device__ __forceinline__ StagedImage<T> ImageOf(const T* x, unsigned char* image,
                                                   int64_t row_bytes) {
-  const StagedSpan span = SpanOf(x, row_bytes);
   StagedImage<T> view;
-  view.at = reinterpret_cast<T*>(image + 16 - span.head_bytes);
-  view.head = span.head_bytes / static_cast<int>(sizeof(T));
-  if (view.head * static_cast<int>(sizeof(T)) > static_cast<int>(row_bytes)) {
-    view.head = static_cast<int>(row_bytes / static_cast<int64_t>(sizeof(T)));
-  }
+  view.at = reinterpret_cast<T*>(image + 16 - SpanOf(x, row_bytes).head_bytes);
   return view;
 }
 
-// The head element the calling thread owns (element `rank` when rank is
-// below the row's head count), read from global memory; 0 for the others.
+// The elements of a row that no copy moves and the calling thread owns:
+// `head`, element `rank` when it lies before the span; `tail`, the row's
+// last element when it lies after the span and the thread owns it.
 template <typename T>
-__device__ __forceinline__ T LoadHead(const T* x, int64_t row_bytes, const RowTeam& team) {
-  const int head = SpanOf(x, row_bytes).head_bytes / static_cast<int>(sizeof(T));
-  const int64_t elements = row_bytes / static_cast<int64_t>(sizeof(T));
-  return team.rank < head && team.rank < elements ? x[team.rank] : FromFloat<T>(0.0f);
+struct StagedEdges {
+  T head;
+  T tail;
+  bool has_head;
+  bool has_tail;
+};
+
+template <typename T>
+__device__ __forceinline__ StagedEdges<T> LoadEdges(const T* x, int hidden, const RowTeam& team) {
+  const StagedSpan span = SpanOf(x, static_cast<int64_t>(hidden) * sizeof(T));
+  StagedEdges<T> edges;
+  edges.has_head = team.rank < hidden && team.rank * static_cast<int>(sizeof(T)) < span.head_bytes;
+  edges.has_tail = span.has_tail && (hidden - 1) % team.row_threads == team.rank;
+  edges.head = edges.has_head ? x[team.rank] : FromFloat<T>(0.0f);
+  edges.tail = edges.has_tail ? x[hidden - 1] : FromFloat<T>(0.0f);
+  return edges;
+}
+
+// Into the places of the image that no copy writes: before the span and
+// after it.
+template <typename T>
+__device__ __forceinline__ void WriteEdges(const StagedImage<T>& image, const StagedEdges<T>& edges,
+                                           int hidden, const RowTeam& team) {
+  if (edges.has_head) image.at[team.rank] = edges.head;
+  if (edges.has_tail) image.at[hidden - 1] = edges.tail;
 }
 
 // RowStatistics (forward_kernel.cuh) for one-element slots, operation for
@@ -235,11 +266,11 @@ __device__ __forceinline__ void StagedRows(const ForwardParams& p, unsigned char
     }
   }
   StageParamsOf<P>(s, team, params);
-  // The head of this thread's row of the next iteration, one row ahead.
-  T head = FromFloat<T>(0.0f);
+  // The edges of this thread's row of the next iteration, one row ahead.
+  StagedEdges<T> edges{};
   if (schedule.iterations > 0) {
     const int64_t row = schedule.FirstRowOf(0) + team.group;
-    if (row < p.total_rows) head = LoadHead(StagedRow<T>(s, row), row_bytes, team);
+    if (row < p.total_rows) edges = LoadEdges(StagedRow<T>(s, row), s.hidden, team);
   }
 
   for (int it = 0; it < schedule.iterations; ++it) {
@@ -252,14 +283,14 @@ __device__ __forceinline__ void StagedRows(const ForwardParams& p, unsigned char
     const StagedImage<T> image = ImageOf(
         x, images + static_cast<uint32_t>(stage * schedule.groups + team.group) * image_bytes,
         row_bytes);
-    // The image's first 16 bytes are no copy's destination: the head goes
-    // there before the barrier that shows the row to the whole team.
-    if (active && team.rank < image.head) image.at[team.rank] = head;
+    // No copy writes the edges' places: they are written before the barrier
+    // that shows the row to the whole team.
+    if (active) WriteEdges(image, edges, s.hidden, team);
     __syncthreads();
     const int64_t next_row =
         it + 1 < schedule.iterations ? schedule.FirstRowOf(it + 1) + team.group : p.total_rows;
     if (next_row < p.total_rows) {
-      head = LoadHead(StagedRow<T>(s, next_row), row_bytes, team);
+      edges = LoadEdges(StagedRow<T>(s, next_row), s.hidden, team);
     }
     // Every thread of the block reaches the reductions, active row or not.
     const RowStats stats = StagedRowStatistics<T>(image, active ? s.hidden : 0, s.hidden, s.epsilon,
