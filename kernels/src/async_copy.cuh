@@ -1,8 +1,8 @@
-// Asynchronous copies (16, 8 or 4 bytes) from global to shared memory (cp.async, sm_80
-// and later): the data goes to shared memory without passing through
-// registers, so a thread can keep many copies in flight.
+// Asynchronous copies (16, 8 or 4 bytes) from global to shared memory
+// (cp.async, sm_80 and later): the data goes to shared memory without
+// passing through registers, so a thread can keep many copies in flight.
 //
-// Contract: source and destination 16-byte aligned. A thread's copies form
+// Contract: source and destination aligned to the copy's size. A thread's copies form
 // groups (CommitAsyncCopies closes one); WaitAsyncCopies<N>() returns once at
 // most N of the calling thread's groups are still pending. Other threads see
 // the data only after a barrier that follows their own wait.

@@ -228,7 +228,8 @@ __device__ __forceinline__ void StagedBackwardRows(const BackwardParams& p, cons
 template <typename T, bool kCluster>
 inline constexpr int kStagedBoundThreads = sizeof(T) == 4
                                                ? 1024
-                                               : (kCluster ? 512 : kBackwardStagedBlockThreads);
+                                               : (kCluster ? kMaxBlockThreads
+                                                           : kBackwardStagedBlockThreads);
 template <typename T, bool kCluster>
 inline constexpr int kStagedBoundBlocks = sizeof(T) != 4 && kCluster ? 2 : 1;
 

@@ -27,6 +27,7 @@ std::atomic<RingPolicy> ring_policy{RingPolicy::kTwoBlockClusters};
 std::atomic<int64_t> ring_launches{0};
 std::atomic<ParamStaging> param_staging{ParamStaging::kOneWave};
 std::atomic<int64_t> param_staged_launches{0};
+std::atomic<int64_t> staged_launches{0};
 
 }  // namespace
 
@@ -39,6 +40,8 @@ void SetParamStaging(ParamStaging policy) {
 int64_t ParamStagedForwardLaunches() {
   return param_staged_launches.load(std::memory_order_relaxed);
 }
+
+int64_t StagedForwardLaunches() { return staged_launches.load(std::memory_order_relaxed); }
 
 RingPolicy GetRingPolicy() { return ring_policy.load(std::memory_order_relaxed); }
 
@@ -159,7 +162,10 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
     const std::size_t smem =
         detail::StagedSharedBytes(params.single.hidden, static_cast<int64_t>(DTypeSize(x_dtype)),
                                   static_cast<int64_t>(DTypeSize(param_dtype)), plan.groups);
-    return LaunchPersistent(kernel, plan, smem, ResidentUnits(kernel, plan, smem), params, stream);
+    const Status launched =
+        LaunchPersistent(kernel, plan, smem, ResidentUnits(kernel, plan, smem), params, stream);
+    if (launched.ok()) detail::staged_launches.fetch_add(1, std::memory_order_relaxed);
+    return launched;
   }
   if (detail::UsesRingForward(plan, fast, params.segment_count == 1,
                               params.single.residual != nullptr, detail::GetRingPolicy())) {

@@ -37,9 +37,10 @@ namespace normsvc::kernels::detail {
 // Row images per block: the one being normalized and the next ones in flight.
 inline constexpr int kStagedStages = 4;
 inline constexpr int kStagedSlots = 16;  // the strided plan this kernel serves
-// At most 40 registers a thread (3 blocks of 512, 6 of 256 per SM): with no
-// row in registers the kernel needs no more, and more blocks per SM keep more
-// rows in flight.
+// At most 40 registers a thread (3 blocks of 512, 6 of 256 per SM, where
+// shared memory allows: gamma, beta and the row images cap large H and fp32
+// parameters lower): with no row in registers the kernel needs no more, and
+// more blocks per SM keep more rows in flight.
 inline constexpr int kStagedMinBlocks = 3;
 
 // Bytes of one row's image in shared memory: 16 for the row's head, then

@@ -36,6 +36,10 @@ inline bool UsesStagedForward(const KernelPlan& plan, bool fast, bool single_seg
          plan.slots == 16 && plan.cluster == 1;
 }
 
+// Launches of ForwardStagedKernel so far in this process (for tests that
+// must know which kernel served a launch).
+int64_t StagedForwardLaunches();
+
 // Whether a one-segment launch of the specialized kernel's vector layout with
 // four chunks a thread may take ForwardRingKernel instead (x staged through
 // a shared-memory ring; same bits), as `policy` (ring_policy.h) says. The

@@ -5,10 +5,9 @@
 namespace normsvc::kernels::detail {
 namespace {
 
-// Register-resident rows use blocks of at most this many threads (so the
-// compiler may give each thread up to 128 registers), clusters of at most 8
-// blocks (the portable cluster size).
-constexpr int kMaxBlockThreads = 512;
+// Register-resident rows use blocks of at most kMaxBlockThreads threads (so
+// the compiler may give each thread up to 128 registers), clusters of at
+// most 8 blocks (the portable cluster size).
 constexpr int kMaxCluster = kMaxClusterBlocks;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

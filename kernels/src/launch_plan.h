@@ -5,6 +5,8 @@
 // order of floating-point operations on a row (chunk width, slots per thread,
 // threads per row, cluster size) is in the plan, so a row's result bits
 // depend only on its own data, hidden size and dtypes (batch invariance).
+// A launcher may pack the plan's rows into blocks differently (rows per
+// block, WaveRowsPlan in kernel_registry.h) but never changes those fields.
 // Whether a segment may use 16-byte accesses (pointer alignment) changes only
 // the memory instructions, never the arithmetic.
 //
@@ -35,6 +37,10 @@ enum class Layout : uint8_t {
 // The most blocks of a row's cluster (the portable cluster size): the
 // planner's limit, and the size of the kernels' per-block register arrays.
 inline constexpr int kMaxClusterBlocks = 8;
+
+// The most threads of a block of register-resident rows, and the block size
+// of every cluster plan (kernels' launch bounds rely on it).
+inline constexpr int kMaxBlockThreads = 512;
 
 struct KernelPlan {
   Layout layout = Layout::kVector;

@@ -1,7 +1,8 @@
 // The staged forward kernel (one segment, H not a multiple of the vector
-// width, no residual: rows moved into shared memory by bulk copies) against
-// the double reference and, bit for bit, against the same rows inside a
-// multi-segment launch (which takes the register kernel); and chains of
+// width, no residual: rows moved into shared memory by asynchronous copies)
+// against the double reference and, bit for bit, against the same rows
+// inside a multi-segment launch (which takes the register kernel: the
+// launch counter says which kernel served each); and chains of
 // forward launches that may start early (programmatic dependent launch):
 // each reads what the previous one wrote.
 #include <memory>
@@ -11,16 +12,20 @@
 
 #include "gpu_forward_case.h"
 #include "gpu_test_support.h"
+#include "kernel_registry.h"
 #include "normsvc/kernels/gpu.h"
 
 namespace normsvc::kernels::testing {
 namespace {
 
+// Runs the case alone and expects the staged kernel to have served it.
 std::vector<uint8_t> RunStagedAlone(ForwardCase& c) {
   c.PoisonOutputs();
+  const int64_t before = detail::StagedForwardLaunches();
   const Status st = LaunchForwardSegment(c.Segment(), nullptr);
   EXPECT_TRUE(st.ok()) << st.message();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(detail::StagedForwardLaunches(), before + 1) << Describe(c.spec());
   return c.OutputBytes();
 }
 
@@ -66,16 +71,30 @@ TEST(ForwardStaged, MatchesReferenceAndTheSegmentTableBitForBit) {
     c->Check("staged, alone");
   }
 
+  // Each case with a one-row companion of the same op, dtypes and H: segments
+  // that share a kernel and launch shape share a launch, so no case is alone
+  // in its launch and the segment table's register kernel serves it.
+  std::vector<std::unique_ptr<ForwardCase>> companions;
   std::vector<ForwardSegment> segments;
   for (auto& c : cases) {
+    ForwardSpec spec = c->spec();
+    spec.rows = 1;
+    spec.offset = (spec.offset + 1) % 9;
+    companions.push_back(std::make_unique<ForwardCase>(spec, rng));
+    companions.back()->Upload();
+    companions.back()->PoisonOutputs();
     c->PoisonOutputs();
     segments.push_back(c->Segment());
+    segments.push_back(companions.back()->Segment());
   }
   DeviceBuffer workspace(ForwardWorkspaceBytes(static_cast<int>(segments.size())));
+  const int64_t staged_before = detail::StagedForwardLaunches();
   const Status st = LaunchForward(segments.data(), static_cast<int>(segments.size()),
                                   workspace.get(), workspace.bytes(), nullptr, nullptr);
   ASSERT_TRUE(st.ok()) << st.message();
   CUDA_ASSERT_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(detail::StagedForwardLaunches(), staged_before);
+  for (auto& c : companions) c->Check("companion in the mixed launch");
   for (std::size_t i = 0; i < cases.size(); ++i) {
     EXPECT_EQ(cases[i]->OutputBytes(), alone[i]) << Describe(cases[i]->spec());
   }
