@@ -147,12 +147,26 @@ KernelPlan PlanBackward(int64_t hidden, DType x_dtype) {
   return Streamed();
 }
 
+int BackwardResidentBlocks(const KernelPlan& plan, DType x_dtype) {
+  if (plan.layout == Layout::kStreamed) return 1;
+  if (UsesStagedBackward(plan)) {
+    // 16-bit in-block rows: (kBackwardStagedBlockThreads, 1), up to 80
+    // registers, so one block of 512 or more threads. The others: 64
+    // registers (fp32: (1024, 1); 16-bit clusters: (512, 2)).
+    if (DTypeSize(x_dtype) != 4 && plan.cluster == 1) return 1;
+    return std::max(1, 1024 / plan.block_threads);
+  }
+  // BackwardRowsKernel, (512, 1): 109-128 registers a thread with 4 or 8
+  // slots, 40 with one (rows of at most 32 elements).
+  return std::max(1, (plan.slots == 1 ? 1024 : 512) / plan.block_threads);
+}
+
 BackwardUnits PlanBackwardUnits(int64_t rows, int64_t hidden, DType x_dtype) {
   BackwardUnits result;
   if (rows <= 0) return result;
   const KernelPlan plan = PlanBackward(hidden, x_dtype);
-  const int64_t unit_threads = static_cast<int64_t>(plan.block_threads) * plan.cluster;
-  const int64_t cap = kBackwardWaveUnits * std::max<int64_t>(1, 1024 / unit_threads);
+  const int64_t cap = std::max<int64_t>(
+      1, kBackwardWaveUnits * BackwardResidentBlocks(plan, x_dtype) / plan.cluster);
   const int64_t wanted = std::min(cap, CeilDiv(rows, plan.groups));
   // Whole row groups a unit, so that no group of a block idles but in the last unit.
   result.rows_per_unit = CeilDiv(CeilDiv(rows, wanted), plan.groups) * plan.groups;

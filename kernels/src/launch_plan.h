@@ -72,10 +72,19 @@ struct BackwardUnits {
 };
 BackwardUnits PlanBackwardUnits(int64_t rows, int64_t hidden, DType x_dtype);
 
-// Backward units aim at kBackwardWaveUnits * max(1, 1024 / unit threads)
-// units: whole waves of 1024 threads a streaming multiprocessor. A constant
-// (the H200's multiprocessor count), not read from the device, so that the
-// partition does not depend on the GPU model.
+// Blocks of `plan`'s backward kernel a multiprocessor holds, from the
+// kernels' launch bounds and shared memory (backward_staged_kernel.cuh,
+// backward_kernel.cuh): the unit planner's model of occupancy.
+int BackwardResidentBlocks(const KernelPlan& plan, DType x_dtype);
+
+// Backward units aim at one wave: kBackwardWaveUnits * BackwardResidentBlocks
+// / cluster units, as many as the multiprocessors hold at once. Each unit
+// writes a row of fp32 partials (H x 8 bytes, read back by the column
+// reduction), so more units than fit in a wave cost extra waves and partial
+// traffic that, for few long rows, exceeds the tensors' own bytes (bf16
+// 256 x 65536 took 128 units: 134 MB of partials against 100 MB of x, dy and
+// dx). A constant (the H200's multiprocessor count), not read from the
+// device, so that the partition does not depend on the GPU model.
 inline constexpr int64_t kBackwardWaveUnits = 132;
 
 // The vector-layout backward with one or two chunks a thread
