@@ -50,7 +50,14 @@ TEST(ReleaseSignalProcessTest, Sigusr1ReleasesFreedHeapNowAndServingContinues) {
   ASSERT_TRUE(WaitForPort(grpc_port, std::chrono::seconds(30))) << server.Log();
   ASSERT_TRUE(WaitForPort(metrics_port, std::chrono::seconds(30))) << server.Log();
   const std::string releases = "normsvc_heap_releases_total";
-  ASSERT_EQ(Sample(HttpGet(metrics_port, "/metrics"), releases), 0.0);
+  // The port accepts before the first scrape is served in full (slow under
+  // ThreadSanitizer): wait, bounded, for the series to appear.
+  double initial = -1;
+  for (int i = 0; i < 500 && initial < 0; ++i) {
+    initial = Sample(HttpGet(metrics_port, "/metrics"), releases);
+    if (initial < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(initial, 0.0) << server.Log();
 
   const bool supported = HeapReleaseSupported();  // the same build as the server
   for (int signal_count = 1; signal_count <= 2; ++signal_count) {
