@@ -161,21 +161,25 @@ int BackwardResidentBlocks(const KernelPlan& plan, DType x_dtype) {
   return std::max(1, (plan.slots == 1 ? 1024 : 512) / plan.block_threads);
 }
 
-BackwardUnits PlanBackwardUnits(int64_t rows, int64_t hidden, DType x_dtype) {
-  BackwardUnits result;
-  if (rows <= 0) return result;
-  const KernelPlan plan = PlanBackward(hidden, x_dtype);
+int64_t BackwardWaveUnits(const KernelPlan& plan, DType x_dtype) {
   // fp32 keeps the earlier aim, 1024 threads a multiprocessor: one wave of
   // its clusters (four or eight blocks, 1024 / block threads resident) was
   // slower on the H200 than two or more waves of smaller units (fp32
   // LayerNorm 16384 0.58 -> 0.53 of copy, RMSNorm 65536 0.48 -> 0.38;
   // BENCHMARKS.md round 13).
-  const int64_t unit_threads = static_cast<int64_t>(plan.block_threads) * plan.cluster;
-  const int64_t cap =
-      DTypeSize(x_dtype) == 4
-          ? kBackwardWaveUnits * std::max<int64_t>(1, 1024 / unit_threads)
-          : std::max<int64_t>(
-                1, kBackwardWaveUnits * BackwardResidentBlocks(plan, x_dtype) / plan.cluster);
+  if (DTypeSize(x_dtype) == 4) {
+    const int64_t unit_threads = static_cast<int64_t>(plan.block_threads) * plan.cluster;
+    return kBackwardWaveUnits * std::max<int64_t>(1, 1024 / unit_threads);
+  }
+  return std::max<int64_t>(
+      1, kBackwardWaveUnits * BackwardResidentBlocks(plan, x_dtype) / plan.cluster);
+}
+
+BackwardUnits PlanBackwardUnits(int64_t rows, int64_t hidden, DType x_dtype) {
+  BackwardUnits result;
+  if (rows <= 0) return result;
+  const KernelPlan plan = PlanBackward(hidden, x_dtype);
+  const int64_t cap = BackwardWaveUnits(plan, x_dtype);
   const int64_t wanted = std::min(cap, CeilDiv(rows, plan.groups));
   // Whole row groups a unit, so that no group of a block idles but in the last unit.
   result.rows_per_unit = CeilDiv(CeilDiv(rows, wanted), plan.groups) * plan.groups;

@@ -77,8 +77,14 @@ BackwardUnits PlanBackwardUnits(int64_t rows, int64_t hidden, DType x_dtype);
 // backward_kernel.cuh): the unit planner's model of occupancy.
 int BackwardResidentBlocks(const KernelPlan& plan, DType x_dtype);
 
-// Backward units aim at one wave: kBackwardWaveUnits * BackwardResidentBlocks
-// / cluster units, as many as the multiprocessors hold at once. Each unit
+// The most units PlanBackwardUnits makes for `plan`: 16-bit rows one wave,
+// kBackwardWaveUnits * BackwardResidentBlocks / cluster; fp32 rows
+// kBackwardWaveUnits * max(1, 1024 / unit threads), which measured faster
+// for their clusters than one wave.
+int64_t BackwardWaveUnits(const KernelPlan& plan, DType x_dtype);
+
+// Backward units aim at one wave: as many as the multiprocessors hold at
+// once (BackwardWaveUnits). Each unit
 // writes a row of fp32 partials (H x 8 bytes, read back by the column
 // reduction), so more units than fit in a wave cost extra waves and partial
 // traffic that, for few long rows, exceeds the tensors' own bytes (bf16

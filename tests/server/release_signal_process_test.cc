@@ -50,24 +50,25 @@ TEST(ReleaseSignalProcessTest, Sigusr1ReleasesFreedHeapNowAndServingContinues) {
   ASSERT_TRUE(WaitForPort(grpc_port, std::chrono::seconds(30))) << server.Log();
   ASSERT_TRUE(WaitForPort(metrics_port, std::chrono::seconds(30))) << server.Log();
   const std::string releases = "normsvc_heap_releases_total";
-  // The port accepts before the first scrape is served in full (slow under
-  // ThreadSanitizer): wait, bounded, for the series to appear.
-  double initial = -1;
-  for (int i = 0; i < 500 && initial < 0; ++i) {
-    initial = Sample(HttpGet(metrics_port, "/metrics"), releases);
-    if (initial < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_EQ(initial, 0.0) << server.Log();
+  // The releases sample once `done(sample)` holds, polled for up to 5 s
+  // (-1 while the series is absent): the port accepts before the first
+  // scrape is served in full, slowly under ThreadSanitizer.
+  const auto poll_releases = [&](auto done) {
+    double seen = -1;
+    for (int i = 0; i < 500; ++i) {
+      seen = Sample(HttpGet(metrics_port, "/metrics"), releases);
+      if (done(seen)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return seen;
+  };
+  ASSERT_EQ(poll_releases([](double seen) { return seen >= 0; }), 0.0) << server.Log();
 
   const bool supported = HeapReleaseSupported();  // the same build as the server
   for (int signal_count = 1; signal_count <= 2; ++signal_count) {
     ASSERT_EQ(kill(server.pid(), SIGUSR1), 0);
     const double expected = supported ? signal_count : 0;
-    double seen = -1;
-    for (int i = 0; i < 500 && seen != expected; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      seen = Sample(HttpGet(metrics_port, "/metrics"), releases);
-    }
+    const double seen = poll_releases([&](double sample) { return sample == expected; });
     EXPECT_EQ(seen, expected) << server.Log();
   }
   if (supported) {
