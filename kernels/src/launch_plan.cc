@@ -161,18 +161,21 @@ int BackwardResidentBlocks(const KernelPlan& plan, DType x_dtype) {
   return std::max(1, (plan.slots == 1 ? 1024 : 512) / plan.block_threads);
 }
 
+int ActiveClusters(int cluster, int blocks_per_sm) {
+  // cudaOccupancyMaxActiveClusters on the H200 for the backward kernels
+  // (kernels/bench/plan_occupancy, 2026-12-02), by cluster size 2..8, for one
+  // and two blocks a multiprocessor. 132 x blocks / cluster would be 66, 44,
+  // 33, 26, 22, 18, 16 and 132, 88, 66, 52, 44, 37, 33.
+  static constexpr int kOneBlock[] = {66, 39, 30, 22, 17, 15, 15};
+  static constexpr int kTwoBlocks[] = {132, 79, 62, 47, 39, 32, 30};
+  if (cluster <= 1) return static_cast<int>(kBackwardWaveUnits) * std::max(1, blocks_per_sm);
+  const int index = std::min(cluster, kMaxClusterBlocks) - 2;
+  if (blocks_per_sm <= 1) return kOneBlock[index];
+  return kTwoBlocks[index] * blocks_per_sm / 2;
+}
+
 int64_t BackwardWaveUnits(const KernelPlan& plan, DType x_dtype) {
-  // fp32 keeps the earlier aim, 1024 threads a multiprocessor: one wave of
-  // its clusters (four or eight blocks, 1024 / block threads resident) was
-  // slower on the H200 than two or more waves of smaller units (fp32
-  // LayerNorm 16384 0.58 -> 0.53 of copy, RMSNorm 65536 0.48 -> 0.38;
-  // BENCHMARKS.md round 13).
-  if (DTypeSize(x_dtype) == 4) {
-    const int64_t unit_threads = static_cast<int64_t>(plan.block_threads) * plan.cluster;
-    return kBackwardWaveUnits * std::max<int64_t>(1, 1024 / unit_threads);
-  }
-  return std::max<int64_t>(
-      1, kBackwardWaveUnits * BackwardResidentBlocks(plan, x_dtype) / plan.cluster);
+  return ActiveClusters(plan.cluster, BackwardResidentBlocks(plan, x_dtype));
 }
 
 BackwardUnits PlanBackwardUnits(int64_t rows, int64_t hidden, DType x_dtype) {

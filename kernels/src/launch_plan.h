@@ -77,10 +77,20 @@ BackwardUnits PlanBackwardUnits(int64_t rows, int64_t hidden, DType x_dtype);
 // backward_kernel.cuh): the unit planner's model of occupancy.
 int BackwardResidentBlocks(const KernelPlan& plan, DType x_dtype);
 
-// The most units PlanBackwardUnits makes for `plan`: 16-bit rows one wave,
-// kBackwardWaveUnits * BackwardResidentBlocks / cluster; fp32 rows
-// kBackwardWaveUnits * max(1, 1024 / unit threads), which measured faster
-// for their clusters than one wave.
+// Clusters of `cluster` blocks (in-block rows: 1) that the H200 runs at once
+// when each multiprocessor holds `blocks_per_sm` of their blocks. For
+// clusters, fewer than kBackwardWaveUnits * blocks_per_sm / cluster: a
+// cluster's blocks must share one GPC, and the GPCs' multiprocessor counts
+// leave some of them unused (measured with cudaOccupancyMaxActiveClusters:
+// 62, not 66, clusters of four at two blocks a multiprocessor; 15, not 16,
+// of eight at one). A table of the H200's figures, not a device query, for
+// the reason kBackwardWaveUnits gives.
+int ActiveClusters(int cluster, int blocks_per_sm);
+
+// The most units PlanBackwardUnits makes for `plan`: one wave,
+// ActiveClusters(cluster, BackwardResidentBlocks). Units beyond what runs at
+// once start a further wave of few units (fp32 LayerNorm 1024 x 16384 took
+// 128 units of 8 rows where 62 clusters fit: three waves, the last of 4).
 int64_t BackwardWaveUnits(const KernelPlan& plan, DType x_dtype);
 
 // Backward units aim at one wave: as many as the multiprocessors hold at

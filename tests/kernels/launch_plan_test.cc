@@ -99,21 +99,33 @@ TEST(LaunchPlan, BackwardUnitsCoverEveryRowOnce) {
 // 16-bit rows: one wave of units, as many as the multiprocessors hold at
 // once, so long rows do not pay extra waves and extra rows of partials.
 TEST(LaunchPlan, BackwardUnitsFillOneWave) {
-  // bf16 65536: clusters of 8 blocks of 512, two blocks a multiprocessor: 33.
+  // The H200's active clusters (cudaOccupancyMaxActiveClusters): below
+  // 132 x blocks / cluster from four blocks a cluster on.
+  EXPECT_EQ(ActiveClusters(1, 2), 264);
+  EXPECT_EQ(ActiveClusters(2, 2), 132);
+  EXPECT_EQ(ActiveClusters(4, 2), 62);
+  EXPECT_EQ(ActiveClusters(8, 2), 30);
+  EXPECT_EQ(ActiveClusters(8, 1), 15);
+  // bf16 65536: clusters of 8 blocks of 512, two blocks a multiprocessor: 30
+  // at once, so 29 units of 9 rows (not 32 of 8: a second wave of two).
   EXPECT_EQ(BackwardResidentBlocks(PlanBackward(65536, DType::kBF16), DType::kBF16), 2);
-  EXPECT_EQ(PlanBackwardUnits(256, 65536, DType::kBF16).units, 32);
-  EXPECT_EQ(PlanBackwardUnits(256, 65536, DType::kBF16).rows_per_unit, 8);
+  EXPECT_EQ(PlanBackwardUnits(256, 65536, DType::kBF16).units, 29);
+  EXPECT_EQ(PlanBackwardUnits(256, 65536, DType::kBF16).rows_per_unit, 9);
   // bf16 8192: one in-block block of 512 (80 registers) a multiprocessor.
   EXPECT_EQ(PlanBackwardUnits(2048, 8192, DType::kBF16).units, 128);
-  // fp32 keeps 132 x max(1, 1024 / unit threads): one wave of its clusters
-  // measured slower.
-  EXPECT_EQ(PlanBackwardUnits(1024, 16384, DType::kF32).units, 128);
+  // fp32 16384: clusters of 4, two blocks a multiprocessor: 62 at once.
+  EXPECT_EQ(PlanBackwardUnits(1024, 16384, DType::kF32).units, 61);
+  EXPECT_EQ(PlanBackwardUnits(1024, 16384, DType::kF32).rows_per_unit, 17);
+  // fp32 65536: clusters of 8 of the register kernel, one block a
+  // multiprocessor: 15 at once.
+  EXPECT_EQ(PlanBackwardUnits(256, 65536, DType::kF32).units, 15);
   // bf16 4096: one block of 768 a multiprocessor, whole groups of 3 rows.
   EXPECT_EQ(PlanBackwardUnits(4096, 4096, DType::kBF16).units, 125);
-  for (int64_t hidden : {1, 64, 768, 2049, 4096, 8192, 16384, 65536, 262144}) {
-    for (DType dtype : {DType::kF16, DType::kBF16}) {
+  for (int64_t hidden : {1, 64, 768, 2049, 4096, 8192, 16384, 32768, 65536, 262144}) {
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
       const KernelPlan plan = PlanBackward(hidden, dtype);
-      const int64_t wave = kBackwardWaveUnits * BackwardResidentBlocks(plan, dtype) / plan.cluster;
+      const int64_t wave = ActiveClusters(plan.cluster, BackwardResidentBlocks(plan, dtype));
+      EXPECT_LE(wave, kBackwardWaveUnits * BackwardResidentBlocks(plan, dtype) / plan.cluster);
       EXPECT_LE(PlanBackwardUnits(1 << 20, hidden, dtype).units, std::max<int64_t>(1, wave))
           << hidden;
     }
