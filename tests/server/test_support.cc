@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -367,8 +368,16 @@ std::unique_ptr<v1::Normalizer::Stub> Connect(int port) {
   arguments.SetMaxSendMessageSize(-1);
   // Each stub gets its own connection, like separate clients would.
   arguments.SetInt("grpc.use_local_subchannel_pool", 1);
-  return v1::Normalizer::NewStub(grpc::CreateCustomChannel(
-      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), arguments));
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), arguments);
+  // Connected before the first call (bounded): the tests' calls fail fast, so
+  // a first connection attempt that fails fails every call until gRPC's
+  // reconnect backoff (a second or more) retries it. Seen once in CI on two
+  // loaded cores: one of eight clients' first attempt failed ("failed to
+  // connect to all addresses ... 127.0.0.1:<port>") and its 25 calls with it.
+  // Calls on a channel that never connects still fail, as before.
+  channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return v1::Normalizer::NewStub(channel);
 }
 
 std::unique_ptr<grpc::ClientContext> ContextWithDeadline(double seconds) {
