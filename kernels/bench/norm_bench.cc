@@ -2,8 +2,8 @@
 // device-to-device copy of the same bytes, measured in the same run.
 //
 //   norm_bench [--json PATH] [--iterations N] [--quick] [--forward-only]
-//              [--backward-only] [--hidden H] [--dtype bf16|fp32]
-//              [--ring off|two-block-clusters|every-plan]
+//              [--backward-only] [--backward-dx-only] [--hidden H]
+//              [--dtype bf16|fp32] [--ring off|two-block-clusters|every-plan]
 //              [--param_staging off|one-wave]
 // --ring sets which one-segment launches take the ring kernel
 // (kernels/src/ring_policy.h; default two-block-clusters); --param_staging
@@ -12,6 +12,9 @@
 // --backward-only, --hidden and --dtype narrow the large shapes to the cases
 // named (for profiling one kernel); the small-batch and multi-segment cases
 // run only when neither --hidden nor --backward-only is given.
+// --backward-dx-only is --backward-only without dgamma/dbeta: the row pass
+// alone, no partials and no column reduction (kind backward_dx), so that the
+// cost of the second stage shows as the difference.
 //
 // Large shapes: median of CUDA-event timings over N launches rotating among
 // 3 buffer sets of >= 64 MB each (the H200's L2 is 60 MB). GB/s counts the
@@ -127,11 +130,13 @@ Record Forward(NormOp op, DType dtype, int64_t hidden, const Pool& pool, int ite
   return r;
 }
 
+// `dx_only`: no dgamma/dbeta (no partials, no column reduction), recorded as
+// kind backward_dx: what the row pass alone costs.
 Record Backward(NormOp op, DType dtype, int64_t hidden, const Pool& pool, int iterations,
-                cudaStream_t stream) {
+                cudaStream_t stream, bool dx_only) {
   const int64_t rows = (kElements - (int64_t{1} << 16) + hidden - 1) / hidden;
   const std::size_t size = kernels::DTypeSize(dtype);
-  Record r{"backward",
+  Record r{dx_only ? "backward_dx" : "backward",
            kernels::NormOpName(op),
            kernels::DTypeName(dtype),
            PlanName(kernels::detail::PlanBackward(hidden, dtype)),
@@ -159,8 +164,8 @@ Record Backward(NormOp op, DType dtype, int64_t hidden, const Pool& pool, int it
     a.gamma = pool.gamma;
     a.mean = op == NormOp::kLayerNorm ? pool.mean : nullptr;
     a.rstd = pool.rstd;
-    a.dgamma = dgamma;
-    a.dbeta = op == NormOp::kLayerNorm ? dgamma + hidden : nullptr;
+    a.dgamma = dx_only ? nullptr : dgamma;
+    a.dbeta = op == NormOp::kLayerNorm && !dx_only ? dgamma + hidden : nullptr;
     CheckStatus(kernels::LaunchBackward(a, workspace, workspace_bytes, stream), "backward");
   });
   r.copy_micros = MedianMicros(kSets, iterations, stream, [&](int s) {
@@ -364,10 +369,11 @@ int main(int argc, char** argv) {
   const char* json = nullptr;
   int iterations = 30;
   bool quick = false;
-  bool forward_only = false;   // skip the backward shapes
-  bool backward_only = false;  // skip the forward shapes
-  int64_t only_hidden = 0;     // 0: every H of the set
-  std::string only_dtype;      // empty: bf16 and fp32
+  bool forward_only = false;      // skip the backward shapes
+  bool backward_only = false;     // skip the forward shapes
+  bool backward_dx_only = false;  // backward without dgamma/dbeta (diagnostic)
+  int64_t only_hidden = 0;        // 0: every H of the set
+  std::string only_dtype;         // empty: bf16 and fp32
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
       json = argv[++i];
@@ -379,6 +385,8 @@ int main(int argc, char** argv) {
       forward_only = true;
     else if (!std::strcmp(argv[i], "--backward-only"))
       backward_only = true;
+    else if (!std::strcmp(argv[i], "--backward-dx-only"))
+      backward_only = backward_dx_only = true;
     else if (!std::strcmp(argv[i], "--hidden") && i + 1 < argc)
       only_hidden = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc)
@@ -402,7 +410,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: norm_bench [--json PATH] [--iterations N] [--quick] [--forward-only]\n"
-                   "                  [--backward-only] [--hidden H] [--dtype bf16|fp32]\n"
+                   "                  [--backward-only] [--backward-dx-only] [--hidden H]\n"
+                   "                  [--dtype bf16|fp32]\n"
                    "                  [--ring off|two-block-clusters|every-plan]\n"
                    "                  [--param_staging off|one-wave]\n");
       return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
@@ -430,7 +439,8 @@ int main(int argc, char** argv) {
           records.push_back(Forward(op, dtype, h, pool, iterations, stream));
       }
       if (forward_only) continue;
-      for (int64_t h : hiddens) records.push_back(Backward(op, dtype, h, pool, iterations, stream));
+      for (int64_t h : hiddens)
+        records.push_back(Backward(op, dtype, h, pool, iterations, stream, backward_dx_only));
     }
     if (dtype == DType::kBF16 && !narrowed) {
       for (int64_t rows : {1, 8, 64}) records.push_back(SmallBatch(rows, 4096, pool, stream));

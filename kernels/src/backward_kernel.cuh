@@ -15,6 +15,7 @@
 
 #include "device_access.cuh"
 #include "forward_kernel.cuh"
+#include "grid_dependency.cuh"
 #include "kernel_params.h"
 #include "row_reduce.cuh"
 
@@ -97,6 +98,7 @@ __device__ __forceinline__ void WriteUnitPartials(float* const (&partials)[2], i
 template <typename T, int V, int W, bool kCluster>
 __global__ void __launch_bounds__(512, 1)
     BackwardRowsKernel(const __grid_constant__ BackwardParams p) {
+  BeginDependentGrid();  // as BackwardStagedKernel
   __shared__ ReduceScratch scratch;
   // [groups][row_threads * V * W] when groups > 1
   extern __shared__ __align__(128) float combine[];
@@ -232,6 +234,7 @@ __global__ void __launch_bounds__(512, 1)
 template <typename T>
 __global__ void __launch_bounds__(1024)
     BackwardStreamedKernel(const __grid_constant__ BackwardParams p) {
+  BeginDependentGrid();  // as BackwardStagedKernel
   __shared__ ReduceScratch scratch;
   RowTeam team;
   team.row_threads = static_cast<int>(blockDim.x);

@@ -29,34 +29,104 @@ BackwardKernel FindBackwardKernel(DType x_dtype, const KernelPlan& plan, int64_t
 namespace {
 
 constexpr int kReduceColumns = 32;
-constexpr int kReduceSlices = 32;
+constexpr int kReduceMaxSlices = 32;
+// Units a thread of the column reduction adds (at most), all loads in flight.
+constexpr int kReduceUnitsPerThread = 4;
 
-// out[c] = sum over u of partial[u][c], u in increasing order within each of
-// kReduceSlices interleaved slices, then the slices in order. blockIdx.y
-// selects dgamma (0) or dbeta (1). Launched early (programmatic dependent
-// launch): it waits for the partials' kernel before reading them.
-__global__ void __launch_bounds__(kReduceColumns* kReduceSlices)
-    ColumnReduceKernel(const float* dgamma_partial, const float* dbeta_partial, int64_t units,
-                       int32_t hidden, float* dgamma, float* dbeta) {
-  __shared__ float slices[kReduceSlices][kReduceColumns + 1];
-  WaitForPriorGrids();
-  const float* partial = blockIdx.y == 0 ? dgamma_partial : dbeta_partial;
-  float* out = blockIdx.y == 0 ? dgamma : dbeta;
-  if (partial == nullptr || out == nullptr) return;  // uniform over the block
+// Threads a column of the reduction: enough that each adds at most
+// kReduceUnitsPerThread units, at most kReduceMaxSlices. A function of the
+// unit count alone, so the order of the additions is too. (A fixed 32 made
+// few-unit launches mostly idle threads: bf16 256 x 65536 has 29 units, and
+// its 4,096 blocks of 1,024 threads, one load each, made the partials and
+// their reduction cost 25 us, against 10 us for their 30 MB at the copy's
+// rate.)
+int ReduceSlices(int64_t units) {
+  return static_cast<int>(std::clamp<int64_t>(
+      (units + kReduceUnitsPerThread - 1) / kReduceUnitsPerThread, 1, kReduceMaxSlices));
+}
+
+// The requested sums: blockIdx.y = 0 reduces partial[0] into out[0], 1 the
+// second (dbeta after dgamma), when requested.
+struct ColumnSums {
+  const float* partial[2];
+  float* out[2];
+};
+
+// Both column reductions: out[c] = sum over u of partial[u][c], u in
+// increasing order within each of ReduceSlices(units) interleaved slices
+// (blockDim.y), then the slices in order. Launched early (programmatic
+// dependent launch): each waits for the partials' kernel before reading them,
+// and lets the next launch (a backward kernel waits likewise) be scheduled.
+//
+// Many units (ReduceSlices = kReduceMaxSlices, more than 124 units: the
+// in-block and two-block-cluster plans): the earlier kernel, a compile-time
+// 32 slices. A runtime slice count there measured 0.01-0.02 of copy slower
+// on the H200 (BENCHMARKS.md, round 14).
+__global__ void __launch_bounds__(kReduceColumns* kReduceMaxSlices)
+    ManyUnitsColumnReduceKernel(const __grid_constant__ ColumnSums sums, int64_t units,
+                                int32_t hidden) {
+  __shared__ float slice_sums[kReduceMaxSlices][kReduceColumns + 1];
+  BeginDependentGrid();
+  const float* partial = sums.partial[blockIdx.y];
+  float* out = sums.out[blockIdx.y];
   const int64_t column = static_cast<int64_t>(blockIdx.x) * kReduceColumns + threadIdx.x;
   float total = 0.0f;
   if (column < hidden) {
     // Unrolled so that several loads are in flight; the additions keep their order.
 #pragma unroll 4
-    for (int64_t u = threadIdx.y; u < units; u += kReduceSlices) {
+    for (int64_t u = threadIdx.y; u < units; u += kReduceMaxSlices) {
       total += partial[u * hidden + column];
     }
   }
-  slices[threadIdx.y][threadIdx.x] = total;
+  slice_sums[threadIdx.y][threadIdx.x] = total;
   __syncthreads();
   if (threadIdx.y == 0 && column < hidden) {
-    float sum = slices[0][threadIdx.x];
-    for (int s = 1; s < kReduceSlices; ++s) sum += slices[s][threadIdx.x];
+    float sum = slice_sums[0][threadIdx.x];
+    for (int s = 1; s < kReduceMaxSlices; ++s) sum += slice_sums[s][threadIdx.x];
+    out[column] = sum;
+  }
+}
+
+// Fewer units: fewer slices, so that a block's threads each add up to
+// kReduceUnitsPerThread units rather than one or none.
+__global__ void __launch_bounds__(kReduceColumns* kReduceMaxSlices)
+    FewUnitsColumnReduceKernel(const __grid_constant__ ColumnSums sums, int64_t units,
+                               int32_t hidden) {
+  __shared__ float slice_sums[kReduceMaxSlices][kReduceColumns + 1];
+  BeginDependentGrid();
+  const float* partial = sums.partial[blockIdx.y];
+  float* out = sums.out[blockIdx.y];
+  const int slices = static_cast<int>(blockDim.y);
+  const int64_t column = static_cast<int64_t>(blockIdx.x) * kReduceColumns + threadIdx.x;
+  // This thread's units, y, y + slices, ...: loaded kReduceUnitsPerThread at
+  // a time into registers (all in flight; a runtime-count loop would leave a
+  // remainder of dependent loads), then added in increasing order.
+  float total = 0.0f;
+  if (column < hidden) {
+    const int64_t step = static_cast<int64_t>(slices) * kReduceUnitsPerThread;
+    for (int64_t base = threadIdx.y; base < units; base += step) {
+      float values[kReduceUnitsPerThread];
+#pragma unroll
+      for (int i = 0; i < kReduceUnitsPerThread; ++i) {
+        const int64_t u = base + static_cast<int64_t>(i) * slices;
+        values[i] = u < units ? partial[u * hidden + column] : 0.0f;
+      }
+#pragma unroll
+      for (int i = 0; i < kReduceUnitsPerThread; ++i) {
+        if (base + static_cast<int64_t>(i) * slices < units) total += values[i];
+      }
+    }
+  }
+  slice_sums[threadIdx.y][threadIdx.x] = total;
+  __syncthreads();
+  if (threadIdx.y == 0 && column < hidden) {
+    // Unrolled to the largest slice count, so that the reads are issued
+    // together rather than one after each addition.
+    float sum = slice_sums[0][threadIdx.x];
+#pragma unroll
+    for (int s = 1; s < kReduceMaxSlices; ++s) {
+      if (s < slices) sum += slice_sums[s][threadIdx.x];
+    }
     out[column] = sum;
   }
 }
@@ -148,27 +218,40 @@ Status LaunchBackward(const BackwardArgs& args, void* device_workspace, std::siz
     dynamic_smem =
         static_cast<std::size_t>(plan.block_threads) * plan.slots * plan.width * sizeof(float);
   }
+  // Early launch: the backward kernels honour grid_dependency.cuh's contract.
   if (Status st = detail::LaunchWithPlan(kernel, plan, units.units * plan.cluster, dynamic_smem,
-                                         params, stream);
+                                         params, stream, /*early_launch=*/true);
       !st.ok()) {
     return st;
   }
   if (!wants_partials) return Status::Ok();
+  detail::ColumnSums sums = {};
+  unsigned requested = 0;
+  if (args.dgamma != nullptr) {
+    sums.partial[requested] = params.dgamma_partial;
+    sums.out[requested++] = args.dgamma;
+  }
+  if (args.dbeta != nullptr) {
+    sums.partial[requested] = params.dbeta_partial;
+    sums.out[requested++] = args.dbeta;
+  }
   cudaLaunchConfig_t config = {};
-  config.gridDim =
-      dim3(static_cast<unsigned>((h + detail::kReduceColumns - 1) / detail::kReduceColumns), 2);
-  config.blockDim = dim3(detail::kReduceColumns, detail::kReduceSlices);
+  config.gridDim = dim3(
+      static_cast<unsigned>((h + detail::kReduceColumns - 1) / detail::kReduceColumns), requested);
+  const int slices = detail::ReduceSlices(units.units);
+  config.blockDim = dim3(detail::kReduceColumns, static_cast<unsigned>(slices));
   config.stream = stream;
   cudaLaunchAttribute early = {};
   early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   early.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &early;
   config.numAttrs = 1;
-  return detail::FromCuda("column reduction launch",
-                          cudaLaunchKernelEx(&config, detail::ColumnReduceKernel,
-                                             static_cast<const float*>(params.dgamma_partial),
-                                             static_cast<const float*>(params.dbeta_partial),
-                                             units.units, params.hidden, args.dgamma, args.dbeta));
+  return detail::FromCuda(
+      "column reduction launch",
+      cudaLaunchKernelEx(&config,
+                         slices == detail::kReduceMaxSlices ? detail::ManyUnitsColumnReduceKernel
+                                                            : detail::FewUnitsColumnReduceKernel,
+                         sums, units.units, params.hidden));
 }
 
 }  // namespace normsvc::kernels

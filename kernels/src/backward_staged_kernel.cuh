@@ -247,9 +247,11 @@ template <typename T, int V, int W, bool kFull, bool kLayerNorm, bool kSaved, bo
 __global__ void __launch_bounds__(kStagedBoundThreads<T, kCluster>, kStagedBoundBlocks<T, kCluster>)
     BackwardStagedKernel(const __grid_constant__ BackwardParams p) {
   static_assert(sizeof(Pack<T, W>) == 16, "a slot holds one 16-byte chunk");
-  // The column reduction (launched early) may be scheduled once every block
-  // has started; it waits for this grid to finish before reading partials.
-  AllowDependentGrids();
+  // Launched early (programmatic dependent launch): waits for the previous
+  // grid before any global access; the column reduction (launched early too)
+  // may be scheduled once every block has started, and waits for this grid
+  // to finish before reading partials.
+  BeginDependentGrid();
   __shared__ ReduceScratch scratch;
   if constexpr (kCluster) BeginClusterExchanges(scratch);
   // [stage][x V | dy V][thread] (BackwardStagedSmemBytes in launch_plan.h).

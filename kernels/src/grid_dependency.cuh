@@ -1,4 +1,5 @@
-// Programmatic dependent launch (sm_90): a forward launch may be scheduled
+// Programmatic dependent launch (sm_90): a forward or backward launch (and
+// the backward's column reduction) may be scheduled
 // while the previous kernel in its stream is still running, so that its
 // launch latency overlaps that kernel's tail (what a chain of small launches,
 // e.g. a CUDA graph of one-row normalizations, pays per call).
@@ -21,7 +22,7 @@ __device__ __forceinline__ void AllowDependentGrids() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
-// The first statement of every forward kernel.
+// The first statement of every forward and backward kernel.
 __device__ __forceinline__ void BeginDependentGrid() {
   WaitForPriorGrids();
   AllowDependentGrids();

@@ -278,6 +278,97 @@ TEST(BackwardOptions, NoParametersAndLargestHidden) {
   }
 }
 
+// Each backward launch takes the previous launch's dx as its dy, and every
+// launch writes its partials into the same workspace, in one stream and
+// from a CUDA graph with no synchronization between launches; dx and every
+// launch's dgamma / dbeta must be those of the same chain with the device
+// synchronized after every launch. The launches start early (programmatic
+// dependent launch): a row pass that read dy before the previous launch had
+// written it, or wrote partials while the previous column reduction still
+// read them, gives other bits (or the poison). H covers the staged kernel in
+// a block (1024) and across a cluster (16384), the register kernel (2049)
+// and the streamed one (262144).
+TEST(BackwardEarlyLaunch, ChainsSeeThePreviousOutput) {
+  NORMSVC_REQUIRE_GPU();
+  std::mt19937_64 rng = SeededRng("backward early launch chain");
+  constexpr int kLinks = 12;
+  for (int64_t hidden : {int64_t{1024}, int64_t{2049}, int64_t{16384}, int64_t{262144}}) {
+    const int64_t rows = hidden >= 16384 ? 3 : 300;
+    HostTensor x(DType::kBF16, rows, hidden, hidden), dy(DType::kBF16, rows, hidden, hidden);
+    x.FillNormal(rng, 0.3, 1.0);
+    dy.FillNormal(rng, 0.0, 1.0);
+    HostTensor gamma(DType::kBF16, 1, hidden, hidden);
+    gamma.FillNormal(rng, 1.0, 0.3);
+    const DeviceBuffer x_dev = x.ToDevice(), gamma_dev = gamma.ToDevice();
+    std::vector<DeviceBuffer> links;  // links[0] is dy; links[i + 1] launch i's dx
+    links.push_back(dy.ToDevice());
+    for (int i = 0; i < kLinks; ++i) links.emplace_back(x.bytes.size());
+    std::vector<DeviceBuffer> sums;  // launch i's dgamma, then its dbeta
+    for (int i = 0; i < kLinks; ++i) sums.emplace_back(2 * hidden * sizeof(float));
+    const DeviceBuffer workspace(BackwardWorkspaceBytes(rows, hidden));
+    auto args = [&](int i) {
+      BackwardArgs a;
+      a.op = i % 2 ? NormOp::kRmsNorm : NormOp::kLayerNorm;
+      a.rows = rows;
+      a.hidden = hidden;
+      a.x_dtype = a.param_dtype = DType::kBF16;
+      a.x = x_dev.get();
+      a.dy = links[i].get();
+      a.dx = links[i + 1].get();
+      a.x_row_stride = a.dy_row_stride = a.dx_row_stride = hidden;
+      a.gamma = gamma_dev.get();
+      a.dgamma = static_cast<float*>(sums[i].get());
+      a.dbeta = a.op == NormOp::kLayerNorm ? a.dgamma + hidden : nullptr;
+      return a;
+    };
+    auto poison = [&] {
+      for (int i = 1; i <= kLinks; ++i) links[i].Poison();
+      for (const DeviceBuffer& b : sums) b.Poison();
+      workspace.Poison();
+    };
+    auto results = [&] {
+      std::vector<uint8_t> all = links[kLinks].Download();
+      for (const DeviceBuffer& b : sums) {
+        const std::vector<uint8_t> part = b.Download();
+        all.insert(all.end(), part.begin(), part.end());
+      }
+      return all;
+    };
+
+    poison();
+    for (int i = 0; i < kLinks; ++i) {
+      ASSERT_TRUE(LaunchBackward(args(i), workspace.get(), workspace.bytes(), nullptr).ok());
+      CUDA_ASSERT_OK(cudaDeviceSynchronize());
+    }
+    const std::vector<uint8_t> expected = results();
+
+    cudaStream_t stream = nullptr;
+    CUDA_ASSERT_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    poison();
+    for (int i = 0; i < kLinks; ++i) {
+      ASSERT_TRUE(LaunchBackward(args(i), workspace.get(), workspace.bytes(), stream).ok());
+    }
+    CUDA_ASSERT_OK(cudaStreamSynchronize(stream));
+    EXPECT_TRUE(results() == expected) << "stream chain, H=" << hidden;
+
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    CUDA_ASSERT_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < kLinks; ++i) {
+      ASSERT_TRUE(LaunchBackward(args(i), workspace.get(), workspace.bytes(), stream).ok());
+    }
+    CUDA_ASSERT_OK(cudaStreamEndCapture(stream, &graph));
+    CUDA_ASSERT_OK(cudaGraphInstantiate(&exec, graph, 0));
+    poison();
+    CUDA_ASSERT_OK(cudaGraphLaunch(exec, stream));
+    CUDA_ASSERT_OK(cudaStreamSynchronize(stream));
+    EXPECT_TRUE(results() == expected) << "graph chain, H=" << hidden;
+    CUDA_ASSERT_OK(cudaGraphExecDestroy(exec));
+    CUDA_ASSERT_OK(cudaGraphDestroy(graph));
+    CUDA_ASSERT_OK(cudaStreamDestroy(stream));
+  }
+}
+
 TEST(BackwardArguments, RejectsSmallWorkspace) {
   BackwardArgs a;
   a.rows = 4;
