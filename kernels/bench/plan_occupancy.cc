@@ -45,6 +45,8 @@ struct Row {
   std::string error;
 };
 
+const char* DTypeText(DType dtype) { return dtype == DType::kBF16 ? "bf16" : "fp32"; }
+
 std::string PlanText(const detail::KernelPlan& plan) {
   const char* layout = plan.layout == detail::Layout::kVector    ? "vector"
                        : plan.layout == detail::Layout::kStrided ? "strided"
@@ -87,6 +89,33 @@ void Query(const void* kernel, Row& row) {
   }
 }
 
+// A forward or backward row of the report for `plan`, with the runtime's
+// figures for the kernel that serves it (gamma in the x dtype; backward:
+// LayerNorm with saved statistics, 16-byte accesses where H allows).
+Row ForwardRow(DType dtype, int64_t rows, int64_t hidden) {
+  const detail::KernelPlan plan = detail::PlanForward(hidden, dtype);
+  Row row{"forward",      DTypeText(dtype),   rows,        hidden,
+          PlanText(plan), plan.block_threads, plan.cluster};
+  Query(reinterpret_cast<const void*>(
+            detail::FindForwardKernel(dtype, plan, /*fast=*/true, dtype, /*single=*/true)),
+        row);
+  return row;
+}
+
+Row BackwardRow(const char* direction, DType dtype, int64_t rows, int64_t hidden) {
+  const detail::KernelPlan plan = detail::PlanBackward(hidden, dtype);
+  Row row{direction,      DTypeText(dtype),   rows,        hidden,
+          PlanText(plan), plan.block_threads, plan.cluster};
+  row.dynamic_smem = detail::BackwardDynamicSmemBytes(plan);
+  row.model_blocks_per_sm = detail::BackwardResidentBlocks(plan, dtype);
+  row.units = detail::PlanBackwardUnits(rows, hidden, dtype).units;
+  const bool aligned = hidden % detail::VectorWidth(dtype) == 0;
+  Query(reinterpret_cast<const void*>(detail::FindBackwardKernel(
+            dtype, plan, hidden, NormOp::kLayerNorm, /*saved_stats=*/true, aligned)),
+        row);
+  return row;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -109,56 +138,17 @@ int main(int argc, char** argv) {
   const int64_t hiddens[] = {768, 1024, 2049, 4096, 8192, 16384, 65536};
   std::vector<Row> rows;
   for (DType dtype : {DType::kBF16, DType::kF32}) {
-    const char* dtype_name = dtype == DType::kBF16 ? "bf16" : "fp32";
     for (int64_t hidden : hiddens) {
       const int64_t row_count = (kElements + hidden - 1) / hidden;
-      {
-        const detail::KernelPlan plan = detail::PlanForward(hidden, dtype);
-        Row row;
-        row.direction = "forward";
-        row.dtype = dtype_name;
-        row.rows = row_count;
-        row.hidden = hidden;
-        row.plan = PlanText(plan);
-        row.block_threads = plan.block_threads;
-        row.cluster = plan.cluster;
-        Query(reinterpret_cast<const void*>(
-                  detail::FindForwardKernel(dtype, plan, /*fast=*/true, dtype, /*single=*/true)),
-              row);
-        rows.push_back(row);
-      }
-      {
-        const detail::KernelPlan plan = detail::PlanBackward(hidden, dtype);
-        Row row;
-        row.direction = "backward";
-        row.dtype = dtype_name;
-        row.rows = row_count;
-        row.hidden = hidden;
-        row.plan = PlanText(plan);
-        row.block_threads = plan.block_threads;
-        row.cluster = plan.cluster;
-        if (detail::UsesStagedBackward(plan)) {
-          row.dynamic_smem = detail::BackwardStagedSmemBytes(plan.block_threads, plan.slots);
-        } else if (plan.layout != detail::Layout::kStreamed && plan.groups > 1) {
-          row.dynamic_smem =
-              static_cast<std::size_t>(plan.block_threads) * plan.slots * plan.width * 4;
-        }
-        row.model_blocks_per_sm = detail::BackwardResidentBlocks(plan, dtype);
-        row.units = detail::PlanBackwardUnits(row_count, hidden, dtype).units;
-        const bool aligned = hidden % detail::VectorWidth(dtype) == 0;
-        Query(reinterpret_cast<const void*>(detail::FindBackwardKernel(
-                  dtype, plan, hidden, NormOp::kLayerNorm, /*saved_stats=*/true, aligned)),
-              row);
-        rows.push_back(row);
-      }
+      rows.push_back(ForwardRow(dtype, row_count, hidden));
+      rows.push_back(BackwardRow("backward", dtype, row_count, hidden));
     }
   }
 
   // Every backward cluster plan (cluster size, kernel, blocks a
   // multiprocessor) that PlanBackward makes for H up to kMaxHidden, at the
-  // first H that makes it, with as many rows as one wave of the model holds.
+  // first H that makes it, for 1,024 rows.
   for (DType dtype : {DType::kBF16, DType::kF32}) {
-    const char* dtype_name = dtype == DType::kBF16 ? "bf16" : "fp32";
     std::vector<std::string> seen;
     for (int64_t hidden = 1; hidden <= normsvc::kernels::kMaxHidden; ++hidden) {
       const detail::KernelPlan plan = detail::PlanBackward(hidden, dtype);
@@ -170,23 +160,7 @@ int main(int argc, char** argv) {
       for (const std::string& k : seen) known = known || k == key;
       if (known) continue;
       seen.push_back(key);
-      Row row;
-      row.direction = "backward-cluster";
-      row.dtype = dtype_name;
-      row.rows = 1024;
-      row.hidden = hidden;
-      row.plan = PlanText(plan);
-      row.block_threads = plan.block_threads;
-      row.cluster = plan.cluster;
-      if (staged)
-        row.dynamic_smem = detail::BackwardStagedSmemBytes(plan.block_threads, plan.slots);
-      row.model_blocks_per_sm = detail::BackwardResidentBlocks(plan, dtype);
-      row.units = detail::PlanBackwardUnits(row.rows, hidden, dtype).units;
-      const bool aligned = hidden % detail::VectorWidth(dtype) == 0;
-      Query(reinterpret_cast<const void*>(detail::FindBackwardKernel(
-                dtype, plan, hidden, NormOp::kLayerNorm, /*saved_stats=*/true, aligned)),
-            row);
-      rows.push_back(row);
+      rows.push_back(BackwardRow("backward-cluster", dtype, 1024, hidden));
     }
   }
 

@@ -201,9 +201,8 @@ Status LaunchBackward(const BackwardArgs& args, void* device_workspace, std::siz
 
   const detail::BackwardKernel kernel = detail::FindBackwardKernel(
       args.x_dtype, plan, h, args.op, args.rstd != nullptr, params.vectorized != 0);
-  std::size_t dynamic_smem = 0;
+  const std::size_t dynamic_smem = detail::BackwardDynamicSmemBytes(plan);
   if (detail::UsesStagedBackward(plan)) {
-    dynamic_smem = detail::BackwardStagedSmemBytes(plan.block_threads, plan.slots);
     // Raises the kernel's shared memory limit (once); 0 when even one block cannot run.
     const int64_t resident = kernel == nullptr
                                  ? 0
@@ -214,9 +213,6 @@ Status LaunchBackward(const BackwardArgs& args, void* device_workspace, std::siz
                                          std::to_string(dynamic_smem) +
                                          " bytes of shared memory a block)");
     }
-  } else if (plan.layout != detail::Layout::kStreamed && plan.groups > 1) {
-    dynamic_smem =
-        static_cast<std::size_t>(plan.block_threads) * plan.slots * plan.width * sizeof(float);
   }
   // Early launch: the backward kernels honour grid_dependency.cuh's contract.
   if (Status st = detail::LaunchWithPlan(kernel, plan, units.units * plan.cluster, dynamic_smem,

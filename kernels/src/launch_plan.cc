@@ -147,6 +147,14 @@ KernelPlan PlanBackward(int64_t hidden, DType x_dtype) {
   return Streamed();
 }
 
+std::size_t BackwardDynamicSmemBytes(const KernelPlan& plan) {
+  if (UsesStagedBackward(plan)) return BackwardStagedSmemBytes(plan.block_threads, plan.slots);
+  if (plan.layout != Layout::kStreamed && plan.groups > 1) {
+    return static_cast<std::size_t>(plan.block_threads) * plan.slots * plan.width * sizeof(float);
+  }
+  return 0;
+}
+
 int BackwardResidentBlocks(const KernelPlan& plan, DType x_dtype) {
   if (plan.layout == Layout::kStreamed) return 1;
   if (UsesStagedBackward(plan)) {

@@ -125,6 +125,10 @@ constexpr std::size_t BackwardStagedSmemBytes(int block_threads, int slots) {
          static_cast<std::size_t>(slots) * 2 * 16;
 }
 
+// Dynamic shared memory of a backward launch of `plan`: the staged kernel's
+// ring, or the register kernel's combine of several rows' partials a block.
+std::size_t BackwardDynamicSmemBytes(const KernelPlan& plan);
+
 // Threads per block of the streamed (multi-pass) kernels.
 inline constexpr int kStreamedThreads = 1024;
 
