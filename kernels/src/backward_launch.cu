@@ -29,21 +29,6 @@ BackwardKernel FindBackwardKernel(DType x_dtype, const KernelPlan& plan, int64_t
 namespace {
 
 constexpr int kReduceColumns = 32;
-constexpr int kReduceMaxSlices = 32;
-// Units a thread of the column reduction adds (at most), all loads in flight.
-constexpr int kReduceUnitsPerThread = 4;
-
-// Threads a column of the reduction: enough that each adds at most
-// kReduceUnitsPerThread units, at most kReduceMaxSlices. A function of the
-// unit count alone, so the order of the additions is too. (A fixed 32 made
-// few-unit launches mostly idle threads: bf16 256 x 65536 has 29 units, and
-// its 4,096 blocks of 1,024 threads, one load each, made the partials and
-// their reduction cost 25 us, against about 8 us for their 30 MB at the copy's
-// rate.)
-int ReduceSlices(int64_t units) {
-  return static_cast<int>(std::clamp<int64_t>(
-      (units + kReduceUnitsPerThread - 1) / kReduceUnitsPerThread, 1, kReduceMaxSlices));
-}
 
 // The requested sums: blockIdx.y = 0 reduces partial[0] into out[0], 1 the
 // second (dbeta after dgamma), when requested.
@@ -53,19 +38,19 @@ struct ColumnSums {
 };
 
 // Both column reductions: out[c] = sum over u of partial[u][c], u in
-// increasing order within each of ReduceSlices(units) interleaved slices
+// increasing order within each of ColumnReduceSlices(units) interleaved slices
 // (blockDim.y), then the slices in order. Launched early (programmatic
 // dependent launch): each waits for the partials' kernel before reading them,
 // and lets the next launch (a backward kernel waits likewise) be scheduled.
 //
-// Many units (ReduceSlices = kReduceMaxSlices, more than 124 units: the
+// Many units (ColumnReduceSlices = kColumnReduceMaxSlices, more than 124 units: the
 // in-block and two-block-cluster plans): the earlier kernel, a compile-time
 // 32 slices. A runtime slice count there measured 0.01-0.02 of copy slower
 // on the H200 (BENCHMARKS.md, round 14).
-__global__ void __launch_bounds__(kReduceColumns* kReduceMaxSlices)
+__global__ void __launch_bounds__(kReduceColumns* kColumnReduceMaxSlices)
     ManyUnitsColumnReduceKernel(const __grid_constant__ ColumnSums sums, int64_t units,
                                 int32_t hidden) {
-  __shared__ float slice_sums[kReduceMaxSlices][kReduceColumns + 1];
+  __shared__ float slice_sums[kColumnReduceMaxSlices][kReduceColumns + 1];
   BeginDependentGrid();
   const float* partial = sums.partial[blockIdx.y];
   float* out = sums.out[blockIdx.y];
@@ -74,7 +59,7 @@ __global__ void __launch_bounds__(kReduceColumns* kReduceMaxSlices)
   if (column < hidden) {
     // Unrolled so that several loads are in flight; the additions keep their order.
 #pragma unroll 4
-    for (int64_t u = threadIdx.y; u < units; u += kReduceMaxSlices) {
+    for (int64_t u = threadIdx.y; u < units; u += kColumnReduceMaxSlices) {
       total += partial[u * hidden + column];
     }
   }
@@ -82,37 +67,37 @@ __global__ void __launch_bounds__(kReduceColumns* kReduceMaxSlices)
   __syncthreads();
   if (threadIdx.y == 0 && column < hidden) {
     float sum = slice_sums[0][threadIdx.x];
-    for (int s = 1; s < kReduceMaxSlices; ++s) sum += slice_sums[s][threadIdx.x];
+    for (int s = 1; s < kColumnReduceMaxSlices; ++s) sum += slice_sums[s][threadIdx.x];
     out[column] = sum;
   }
 }
 
 // Fewer units: fewer slices, so that a block's threads each add up to
-// kReduceUnitsPerThread units rather than one or none.
-__global__ void __launch_bounds__(kReduceColumns* kReduceMaxSlices)
+// kColumnReduceUnitsPerThread units rather than one or none.
+__global__ void __launch_bounds__(kReduceColumns* kColumnReduceMaxSlices)
     FewUnitsColumnReduceKernel(const __grid_constant__ ColumnSums sums, int64_t units,
                                int32_t hidden) {
-  __shared__ float slice_sums[kReduceMaxSlices][kReduceColumns + 1];
+  __shared__ float slice_sums[kColumnReduceMaxSlices][kReduceColumns + 1];
   BeginDependentGrid();
   const float* partial = sums.partial[blockIdx.y];
   float* out = sums.out[blockIdx.y];
   const int slices = static_cast<int>(blockDim.y);
   const int64_t column = static_cast<int64_t>(blockIdx.x) * kReduceColumns + threadIdx.x;
-  // This thread's units, y, y + slices, ...: loaded kReduceUnitsPerThread at
+  // This thread's units, y, y + slices, ...: loaded kColumnReduceUnitsPerThread at
   // a time into registers (all in flight; a runtime-count loop would leave a
   // remainder of dependent loads), then added in increasing order.
   float total = 0.0f;
   if (column < hidden) {
-    const int64_t step = static_cast<int64_t>(slices) * kReduceUnitsPerThread;
+    const int64_t step = static_cast<int64_t>(slices) * kColumnReduceUnitsPerThread;
     for (int64_t base = threadIdx.y; base < units; base += step) {
-      float values[kReduceUnitsPerThread];
+      float values[kColumnReduceUnitsPerThread];
 #pragma unroll
-      for (int i = 0; i < kReduceUnitsPerThread; ++i) {
+      for (int i = 0; i < kColumnReduceUnitsPerThread; ++i) {
         const int64_t u = base + static_cast<int64_t>(i) * slices;
         values[i] = u < units ? partial[u * hidden + column] : 0.0f;
       }
 #pragma unroll
-      for (int i = 0; i < kReduceUnitsPerThread; ++i) {
+      for (int i = 0; i < kColumnReduceUnitsPerThread; ++i) {
         if (base + static_cast<int64_t>(i) * slices < units) total += values[i];
       }
     }
@@ -124,7 +109,7 @@ __global__ void __launch_bounds__(kReduceColumns* kReduceMaxSlices)
     // together rather than one after each addition.
     float sum = slice_sums[0][threadIdx.x];
 #pragma unroll
-    for (int s = 1; s < kReduceMaxSlices; ++s) {
+    for (int s = 1; s < kColumnReduceMaxSlices; ++s) {
       if (s < slices) sum += slice_sums[s][threadIdx.x];
     }
     out[column] = sum;
@@ -234,7 +219,7 @@ Status LaunchBackward(const BackwardArgs& args, void* device_workspace, std::siz
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(
       static_cast<unsigned>((h + detail::kReduceColumns - 1) / detail::kReduceColumns), requested);
-  const int slices = detail::ReduceSlices(units.units);
+  const int slices = detail::ColumnReduceSlices(units.units);
   config.blockDim = dim3(detail::kReduceColumns, static_cast<unsigned>(slices));
   config.stream = stream;
   cudaLaunchAttribute early = {};
@@ -242,12 +227,12 @@ Status LaunchBackward(const BackwardArgs& args, void* device_workspace, std::siz
   early.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &early;
   config.numAttrs = 1;
-  return detail::FromCuda(
-      "column reduction launch",
-      cudaLaunchKernelEx(&config,
-                         slices == detail::kReduceMaxSlices ? detail::ManyUnitsColumnReduceKernel
-                                                            : detail::FewUnitsColumnReduceKernel,
-                         sums, units.units, params.hidden));
+  return detail::FromCuda("column reduction launch",
+                          cudaLaunchKernelEx(&config,
+                                             slices == detail::kColumnReduceMaxSlices
+                                                 ? detail::ManyUnitsColumnReduceKernel
+                                                 : detail::FewUnitsColumnReduceKernel,
+                                             sums, units.units, params.hidden));
 }
 
 }  // namespace normsvc::kernels

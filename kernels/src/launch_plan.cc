@@ -147,6 +147,11 @@ KernelPlan PlanBackward(int64_t hidden, DType x_dtype) {
   return Streamed();
 }
 
+int ColumnReduceSlices(int64_t units) {
+  return static_cast<int>(
+      std::clamp<int64_t>(CeilDiv(units, kColumnReduceUnitsPerThread), 1, kColumnReduceMaxSlices));
+}
+
 std::size_t BackwardDynamicSmemBytes(const KernelPlan& plan) {
   if (UsesStagedBackward(plan)) return BackwardStagedSmemBytes(plan.block_threads, plan.slots);
   if (plan.layout != Layout::kStreamed && plan.groups > 1) {

@@ -125,6 +125,20 @@ constexpr std::size_t BackwardStagedSmemBytes(int block_threads, int slots) {
          static_cast<std::size_t>(slots) * 2 * 16;
 }
 
+// The backward's column reduction (stage 2) gives each column
+// ColumnReduceSlices(units) threads ("slices"), each adding at most
+// kColumnReduceUnitsPerThread units' partials (their loads in flight
+// together), at most kColumnReduceMaxSlices of them; a column's sum is its
+// slices' in order. A function of the unit count alone, so the order of the
+// additions, and the bits, are too. (A fixed 32 slices made few-unit
+// launches mostly idle threads: bf16 256 x 65536 has 29 units, and its
+// 4,096 blocks of 1,024 threads, one load each, made the partials and their
+// reduction cost 25 us, against about 8 us for their 30 MB at the copy's
+// rate on the H200.)
+inline constexpr int kColumnReduceMaxSlices = 32;
+inline constexpr int kColumnReduceUnitsPerThread = 4;
+int ColumnReduceSlices(int64_t units);
+
 // Dynamic shared memory of a backward launch of `plan`: the staged kernel's
 // ring, or the register kernel's combine of several rows' partials a block.
 std::size_t BackwardDynamicSmemBytes(const KernelPlan& plan);

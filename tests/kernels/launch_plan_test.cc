@@ -132,5 +132,23 @@ TEST(LaunchPlan, BackwardUnitsFillOneWave) {
   }
 }
 
+TEST(LaunchPlan, ColumnReduceSlicesFollowTheUnitCount) {
+  // Each slice adds at most four units; 32 slices at most.
+  EXPECT_EQ(ColumnReduceSlices(1), 1);
+  EXPECT_EQ(ColumnReduceSlices(4), 1);
+  EXPECT_EQ(ColumnReduceSlices(5), 2);
+  EXPECT_EQ(ColumnReduceSlices(15), 4);   // fp32 256 x 65536
+  EXPECT_EQ(ColumnReduceSlices(29), 8);   // bf16 256 x 65536
+  EXPECT_EQ(ColumnReduceSlices(61), 16);  // fp32 1024 x 16384
+  EXPECT_EQ(ColumnReduceSlices(124), 31);
+  EXPECT_EQ(ColumnReduceSlices(125), kColumnReduceMaxSlices);
+  EXPECT_EQ(ColumnReduceSlices(528), kColumnReduceMaxSlices);
+  // Every unit is added: slices x units a slice covers the unit count up to
+  // 128 units; beyond, the slices loop (the kernel's outer loop).
+  for (int64_t units = 1; units <= 128; ++units) {
+    EXPECT_GE(int64_t{ColumnReduceSlices(units)} * kColumnReduceUnitsPerThread, units) << units;
+  }
+}
+
 }  // namespace
 }  // namespace normsvc::kernels::detail
