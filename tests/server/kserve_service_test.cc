@@ -84,8 +84,7 @@ class KserveServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     server_ = StartServer(TestServerOptions());
-    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port()),
-                                       grpc::InsecureChannelCredentials());
+    auto channel = ConnectedChannel(server_->grpc_port());
     stub_ = inference::GRPCInferenceService::NewStub(channel);
     normalizer_ = v1::Normalizer::NewStub(channel);
   }
@@ -296,8 +295,7 @@ TEST(KserveBatchingTest, RequestsSharingALaunchCountOneExecutionOfTheirSize) {
   options.max_queue_delay_us = 20'000'000;
   auto server = StartServer(options);
   ASSERT_NE(server, nullptr);
-  auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(server->grpc_port()), grpc::InsecureChannelCredentials()));
+  auto stub = inference::GRPCInferenceService::NewStub(ConnectedChannel(server->grpc_port()));
   std::mt19937_64 rng(TestSeed() + 77);
   std::vector<ForwardRequest> sent;
   for (int i = 0; i < 4; ++i) {

@@ -39,9 +39,8 @@ class LimitsTest : public ::testing::Test {
     grpc::ChannelArguments arguments;
     arguments.SetMaxSendMessageSize(-1);
     arguments.SetMaxReceiveMessageSize(-1);
-    kserve_ = inference::GRPCInferenceService::NewStub(
-        grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server_->grpc_port()),
-                                  grpc::InsecureChannelCredentials(), arguments));
+    kserve_ =
+        inference::GRPCInferenceService::NewStub(ConnectedChannel(server_->grpc_port(), arguments));
   }
   void TearDown() override {
     if (server_) {

@@ -232,8 +232,7 @@ inference::ModelInferRequest KserveRequest(const std::string& model, const v1::T
 
 TEST_F(MetricsTest, KserveCallsCountUnderTheirRpcNamesWithOpDtypeAndCode) {
   std::mt19937_64 rng(TestSeed() + 901);
-  auto kserve = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(server_->grpc_port()), grpc::InsecureChannelCredentials()));
+  auto kserve = inference::GRPCInferenceService::NewStub(ConnectedChannel(server_->grpc_port()));
   auto infer = [&](const inference::ModelInferRequest& request) {
     inference::ModelInferResponse response;
     return kserve->ModelInfer(ContextWithDeadline().get(), request, &response).error_code();

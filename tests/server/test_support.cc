@@ -362,22 +362,23 @@ std::unique_ptr<Server> StartServer(const ServerOptions& options) {
   return server;
 }
 
+std::shared_ptr<grpc::Channel> ConnectedChannel(int port, const grpc::ChannelArguments& arguments) {
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), arguments);
+  // Seen once in CI on two loaded cores: one of eight clients' first attempt
+  // failed ("failed to connect to all addresses ... 127.0.0.1:<port>") and
+  // its 25 calls with it.
+  channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return channel;
+}
+
 std::unique_ptr<v1::Normalizer::Stub> Connect(int port) {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(-1);
   arguments.SetMaxSendMessageSize(-1);
   // Each stub gets its own connection, like separate clients would.
   arguments.SetInt("grpc.use_local_subchannel_pool", 1);
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), arguments);
-  // Connected before the first call (bounded): the tests' calls fail fast, so
-  // a first connection attempt that fails fails every call until gRPC's
-  // reconnect backoff (a second or more) retries it. Seen once in CI on two
-  // loaded cores: one of eight clients' first attempt failed ("failed to
-  // connect to all addresses ... 127.0.0.1:<port>") and its 25 calls with it.
-  // Calls on a channel that never connects still fail, as before.
-  channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  return v1::Normalizer::NewStub(channel);
+  return v1::Normalizer::NewStub(ConnectedChannel(port, arguments));
 }
 
 std::unique_ptr<grpc::ClientContext> ContextWithDeadline(double seconds) {

@@ -63,6 +63,13 @@ double Tolerance(DType dtype);
 ServerOptions TestServerOptions();
 // Starts a server (asserting success) on a free port.
 std::unique_ptr<Server> StartServer(const ServerOptions& options);
+// A channel to 127.0.0.1:`port`, connected before it is returned (at most
+// 10 s): the tests' calls fail fast, so a first connection attempt that
+// failed would fail every call until gRPC's reconnect backoff retries it.
+// A channel that never connects is returned as it is; its calls fail.
+std::shared_ptr<grpc::Channel> ConnectedChannel(
+    int port, const grpc::ChannelArguments& arguments = grpc::ChannelArguments());
+
 std::unique_ptr<v1::Normalizer::Stub> Connect(int port);
 // A context with a deadline `seconds` from now.
 std::unique_ptr<grpc::ClientContext> ContextWithDeadline(double seconds = 30);
