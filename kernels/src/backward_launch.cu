@@ -37,6 +37,19 @@ struct ColumnSums {
   float* out[2];
 };
 
+// The calling thread's column of the sum its block reduces (blockIdx.y:
+// which of `sums`; blockIdx.x: which kReduceColumns columns).
+struct ColumnOfThread {
+  const float* partial;
+  float* out;
+  int64_t column;
+};
+
+__device__ __forceinline__ ColumnOfThread ThisColumn(const ColumnSums& sums) {
+  return {sums.partial[blockIdx.y], sums.out[blockIdx.y],
+          static_cast<int64_t>(blockIdx.x) * kReduceColumns + threadIdx.x};
+}
+
 // Both column reductions: out[c] = sum over u of partial[u][c], u in
 // increasing order within each of ColumnReduceSlices(units) interleaved slices
 // (blockDim.y), then the slices in order. Launched early (programmatic
@@ -52,23 +65,21 @@ __global__ void __launch_bounds__(kReduceColumns* kColumnReduceMaxSlices)
                                 int32_t hidden) {
   __shared__ float slice_sums[kColumnReduceMaxSlices][kReduceColumns + 1];
   BeginDependentGrid();
-  const float* partial = sums.partial[blockIdx.y];
-  float* out = sums.out[blockIdx.y];
-  const int64_t column = static_cast<int64_t>(blockIdx.x) * kReduceColumns + threadIdx.x;
+  const ColumnOfThread mine = ThisColumn(sums);
   float total = 0.0f;
-  if (column < hidden) {
+  if (mine.column < hidden) {
     // Unrolled so that several loads are in flight; the additions keep their order.
 #pragma unroll 4
     for (int64_t u = threadIdx.y; u < units; u += kColumnReduceMaxSlices) {
-      total += partial[u * hidden + column];
+      total += mine.partial[u * hidden + mine.column];
     }
   }
   slice_sums[threadIdx.y][threadIdx.x] = total;
   __syncthreads();
-  if (threadIdx.y == 0 && column < hidden) {
+  if (threadIdx.y == 0 && mine.column < hidden) {
     float sum = slice_sums[0][threadIdx.x];
     for (int s = 1; s < kColumnReduceMaxSlices; ++s) sum += slice_sums[s][threadIdx.x];
-    out[column] = sum;
+    mine.out[mine.column] = sum;
   }
 }
 
@@ -79,22 +90,20 @@ __global__ void __launch_bounds__(kReduceColumns* kColumnReduceMaxSlices)
                                int32_t hidden) {
   __shared__ float slice_sums[kColumnReduceMaxSlices][kReduceColumns + 1];
   BeginDependentGrid();
-  const float* partial = sums.partial[blockIdx.y];
-  float* out = sums.out[blockIdx.y];
+  const ColumnOfThread mine = ThisColumn(sums);
   const int slices = static_cast<int>(blockDim.y);
-  const int64_t column = static_cast<int64_t>(blockIdx.x) * kReduceColumns + threadIdx.x;
   // This thread's units, y, y + slices, ...: loaded kColumnReduceUnitsPerThread at
   // a time into registers (all in flight; a runtime-count loop would leave a
   // remainder of dependent loads), then added in increasing order.
   float total = 0.0f;
-  if (column < hidden) {
+  if (mine.column < hidden) {
     const int64_t step = static_cast<int64_t>(slices) * kColumnReduceUnitsPerThread;
     for (int64_t base = threadIdx.y; base < units; base += step) {
       float values[kColumnReduceUnitsPerThread];
 #pragma unroll
       for (int i = 0; i < kColumnReduceUnitsPerThread; ++i) {
         const int64_t u = base + static_cast<int64_t>(i) * slices;
-        values[i] = u < units ? partial[u * hidden + column] : 0.0f;
+        values[i] = u < units ? mine.partial[u * hidden + mine.column] : 0.0f;
       }
 #pragma unroll
       for (int i = 0; i < kColumnReduceUnitsPerThread; ++i) {
@@ -104,7 +113,7 @@ __global__ void __launch_bounds__(kReduceColumns* kColumnReduceMaxSlices)
   }
   slice_sums[threadIdx.y][threadIdx.x] = total;
   __syncthreads();
-  if (threadIdx.y == 0 && column < hidden) {
+  if (threadIdx.y == 0 && mine.column < hidden) {
     // Unrolled to the largest slice count, so that the reads are issued
     // together rather than one after each addition.
     float sum = slice_sums[0][threadIdx.x];
@@ -112,7 +121,7 @@ __global__ void __launch_bounds__(kReduceColumns* kColumnReduceMaxSlices)
     for (int s = 1; s < kColumnReduceMaxSlices; ++s) {
       if (s < slices) sum += slice_sums[s][threadIdx.x];
     }
-    out[column] = sum;
+    mine.out[mine.column] = sum;
   }
 }
 
