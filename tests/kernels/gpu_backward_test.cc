@@ -278,6 +278,39 @@ TEST(BackwardOptions, NoParametersAndLargestHidden) {
   }
 }
 
+// The column reduction's two kernels and their edges (unit counts from
+// PlanBackwardUnits on these shapes, checked in launch_plan_test.cc): more
+// than 124 units take the many-units kernel (32 slices), fewer the few-units
+// one (ColumnReduceSlices(units) slices); 528 units give each slice 17
+// units; H % 32 != 0 leaves a block of the last columns partly outside the
+// row.
+TEST(BackwardColumnReduction, UnitCountsAndColumnTails) {
+  NORMSVC_REQUIRE_GPU();
+  std::mt19937_64 rng = SeededRng("backward column reduction");
+  struct Case {
+    DType dtype;
+    int64_t hidden;
+    int64_t rows;
+  };
+  const Case cases[] = {
+      {DType::kF32, 5, 16896},     // 528 units, 5 of a block's 32 columns in the row
+      {DType::kF32, 20, 12672},    // 132 units
+      {DType::kF32, 4100, 1000},   // 125 units, column tail
+      {DType::kBF16, 4100, 1000},  // 63 units: the few-units kernel, column tail
+      {DType::kBF16, 1027, 2000},  // 250 units, column tail
+  };
+  for (const Case& c : cases) {
+    for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+      BackwardSpec s;
+      s.op = op;
+      s.dtype = s.param_dtype = c.dtype;
+      s.rows = c.rows;
+      s.hidden = c.hidden;
+      RunAndCheck(s, rng);
+    }
+  }
+}
+
 // Each backward launch takes the previous launch's dx as its dy, and every
 // launch writes its partials into the same workspace, in one stream and
 // from a CUDA graph with no synchronization between launches; dx and every

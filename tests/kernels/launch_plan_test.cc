@@ -150,5 +150,17 @@ TEST(LaunchPlan, ColumnReduceSlicesFollowTheUnitCount) {
   }
 }
 
+// The shapes of BackwardColumnReduction.UnitCountsAndColumnTails (in the GPU
+// tests) reach the reduction paths its comments name.
+TEST(LaunchPlan, ColumnReductionTestShapesReachTheirPaths) {
+  EXPECT_EQ(PlanBackwardUnits(16896, 5, DType::kF32).units, 528);
+  EXPECT_EQ(PlanBackwardUnits(12672, 20, DType::kF32).units, 132);
+  EXPECT_EQ(PlanBackwardUnits(1000, 4100, DType::kF32).units, 125);
+  EXPECT_EQ(PlanBackwardUnits(1000, 4100, DType::kBF16).units, 63);
+  EXPECT_EQ(PlanBackwardUnits(2000, 1027, DType::kBF16).units, 250);
+  EXPECT_LT(ColumnReduceSlices(63), kColumnReduceMaxSlices);
+  EXPECT_EQ(ColumnReduceSlices(125), kColumnReduceMaxSlices);
+}
+
 }  // namespace
 }  // namespace normsvc::kernels::detail
