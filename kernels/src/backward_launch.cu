@@ -83,6 +83,19 @@ __global__ void __launch_bounds__(kReduceColumns* kColumnReduceMaxSlices)
   }
 }
 
+// Dynamic shared memory (unused) that a many-units reduction takes when its
+// grid has no more blocks than the device has multiprocessors, so that none
+// of them holds two of its blocks. Launched early, the reduction's blocks are
+// scheduled first on the multiprocessors the row pass leaves free (7 of 132
+// for bf16 LayerNorm 16384 x 1024: 125 blocks of 768 threads fill the
+// register file of the others), two of 1,024 threads each, and then read
+// their partials through those few; one each spreads them. Measured on the
+// H200: +0.007 to +0.012 of copy at H = 768-1024 (bf16 LayerNorm 1024
+// unchanged); given to every many-units grid, it cost a wave where a grid has
+// more blocks than multiprocessors (-0.02 to -0.04 at H = 4096-16384), so
+// those go without (BENCHMARKS.md, round 15).
+constexpr std::size_t kOneBlockPerMultiprocessorBytes = 116 * 1024;
+
 // Fewer units: fewer slices, so that a block's threads each add up to
 // kColumnReduceUnitsPerThread units rather than one or none.
 __global__ void __launch_bounds__(kReduceColumns* kColumnReduceMaxSlices)
@@ -236,6 +249,20 @@ Status LaunchBackward(const BackwardArgs& args, void* device_workspace, std::siz
   early.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &early;
   config.numAttrs = 1;
+  if (slices == detail::kColumnReduceMaxSlices) {
+    const int64_t multiprocessors = detail::MultiprocessorCount();
+    const int64_t blocks = static_cast<int64_t>(config.gridDim.x) * config.gridDim.y;
+    // ResidentBlocks raises the kernel's dynamic shared memory limit; a
+    // device where the bytes do not give exactly one block a multiprocessor
+    // (or a failed query: 0) launches without them. Scheduling only: the
+    // bits are the same either way.
+    if (multiprocessors > 0 && blocks <= multiprocessors &&
+        detail::ResidentBlocks(reinterpret_cast<const void*>(detail::ManyUnitsColumnReduceKernel),
+                               detail::kReduceColumns * detail::kColumnReduceMaxSlices,
+                               detail::kOneBlockPerMultiprocessorBytes) == multiprocessors) {
+      config.dynamicSmemBytes = detail::kOneBlockPerMultiprocessorBytes;
+    }
+  }
   return detail::FromCuda("column reduction launch",
                           cudaLaunchKernelEx(&config,
                                              slices == detail::kColumnReduceMaxSlices
