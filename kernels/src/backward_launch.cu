@@ -249,7 +249,10 @@ Status LaunchBackward(const BackwardArgs& args, void* device_workspace, std::siz
   early.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &early;
   config.numAttrs = 1;
-  if (slices == detail::kColumnReduceMaxSlices) {
+  const bool many_units = slices == detail::kColumnReduceMaxSlices;
+  const auto reduce =
+      many_units ? detail::ManyUnitsColumnReduceKernel : detail::FewUnitsColumnReduceKernel;
+  if (many_units) {
     const int64_t multiprocessors = detail::MultiprocessorCount();
     const int64_t blocks = static_cast<int64_t>(config.gridDim.x) * config.gridDim.y;
     // ResidentBlocks raises the kernel's dynamic shared memory limit; a
@@ -257,18 +260,14 @@ Status LaunchBackward(const BackwardArgs& args, void* device_workspace, std::siz
     // (or a failed query: 0) launches without them. Scheduling only: the
     // bits are the same either way.
     if (multiprocessors > 0 && blocks <= multiprocessors &&
-        detail::ResidentBlocks(reinterpret_cast<const void*>(detail::ManyUnitsColumnReduceKernel),
-                               detail::kReduceColumns * detail::kColumnReduceMaxSlices,
+        detail::ResidentBlocks(reinterpret_cast<const void*>(reduce),
+                               static_cast<int>(config.blockDim.x * config.blockDim.y),
                                detail::kOneBlockPerMultiprocessorBytes) == multiprocessors) {
       config.dynamicSmemBytes = detail::kOneBlockPerMultiprocessorBytes;
     }
   }
   return detail::FromCuda("column reduction launch",
-                          cudaLaunchKernelEx(&config,
-                                             slices == detail::kColumnReduceMaxSlices
-                                                 ? detail::ManyUnitsColumnReduceKernel
-                                                 : detail::FewUnitsColumnReduceKernel,
-                                             sums, units.units, params.hidden));
+                          cudaLaunchKernelEx(&config, reduce, sums, units.units, params.hidden));
 }
 
 }  // namespace normsvc::kernels
