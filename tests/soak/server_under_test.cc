@@ -85,4 +85,34 @@ double SumSeries(const std::string& exposition, const std::string& family,
   return found ? sum : -1;
 }
 
+std::string LogExcerpt(const std::string& log, int max_lines) {
+  std::vector<std::string> lines;
+  std::istringstream stream(log);
+  for (std::string line; std::getline(stream, line);) lines.push_back(line);
+  const auto starts_report = [](const std::string& line) {
+    return line.rfind("==", 0) == 0 && (line.find("==WARNING: ") != std::string::npos ||
+                                        line.find("==ERROR: ") != std::string::npos);
+  };
+  std::vector<std::string> excerpt;
+  bool in_report = false;
+  for (const std::string& line : lines) {
+    if (starts_report(line)) in_report = true;
+    if (in_report) excerpt.push_back(line);
+    if (line.rfind("SUMMARY: ", 0) == 0) in_report = false;
+  }
+  if (excerpt.empty()) {  // no sanitizer report: the log's end
+    const size_t first =
+        lines.size() > static_cast<size_t>(max_lines) ? lines.size() - max_lines : 0;
+    excerpt.assign(lines.begin() + first, lines.end());
+  }
+  std::string text;
+  for (size_t i = 0; i < excerpt.size() && i < static_cast<size_t>(max_lines); ++i) {
+    text += excerpt[i] + "\n";
+  }
+  if (excerpt.size() > static_cast<size_t>(max_lines)) {
+    text += "[" + std::to_string(excerpt.size() - max_lines) + " more lines in the log]\n";
+  }
+  return text;
+}
+
 }  // namespace normsvc::soak

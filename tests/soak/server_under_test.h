@@ -52,4 +52,9 @@ class ServerUnderTest {
 double SumSeries(const std::string& exposition, const std::string& family,
                  const std::vector<std::string>& labels = {});
 
+// What of a server log a failed run prints, at most `max_lines` lines: the
+// sanitizer reports in it (from a "==pid==WARNING:" or "==pid==ERROR:" line
+// to its "SUMMARY:" line) when there are any, else its last lines.
+std::string LogExcerpt(const std::string& log, int max_lines);
+
 }  // namespace normsvc::soak

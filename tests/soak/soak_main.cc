@@ -433,7 +433,12 @@ int Run(const Flags& flags) {
     std::fprintf(stderr, "normsvc_soak: could not write %s\n", flags.json.c_str());
     return 1;
   }
-  if (!report.passed()) std::printf("server log: %s\n", flags.server_log.c_str());
+  if (!report.passed()) {
+    // Last, so that a shortened test log still shows why the server failed
+    // (a sanitizer stops it with its report).
+    std::printf("server log: %s, an excerpt:\n%s", flags.server_log.c_str(),
+                LogExcerpt(server.Log(), 80).c_str());
+  }
   return report.passed() ? 0 : 1;
 }
 
