@@ -105,14 +105,17 @@ std::string LogExcerpt(const std::string& log, int max_lines) {
         lines.size() > static_cast<size_t>(max_lines) ? lines.size() - max_lines : 0;
     excerpt.assign(lines.begin() + first, lines.end());
   }
-  std::string text;
+  // Appended piece by piece: GCC 12 reports a false -Wrestrict on
+  // `"literal" + std::string&&` (its inlined insert), which -Werror turns
+  // into a build failure.
+  std::ostringstream text;
   for (size_t i = 0; i < excerpt.size() && i < static_cast<size_t>(max_lines); ++i) {
-    text += excerpt[i] + "\n";
+    text << excerpt[i] << '\n';
   }
   if (excerpt.size() > static_cast<size_t>(max_lines)) {
-    text += "[" + std::to_string(excerpt.size() - max_lines) + " more lines in the log]\n";
+    text << '[' << (excerpt.size() - max_lines) << " more lines in the log]\n";
   }
-  return text;
+  return text.str();
 }
 
 }  // namespace normsvc::soak
