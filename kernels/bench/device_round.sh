@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: the kernel GPU tests, then (only if they all
 # pass) norm_bench next to PyTorch through compare_torch.py. Run from the
-# repository root there, after building here and bundling the kernel targets:
-#   cmake --build build-gpu -j2 --target kernels_gpu_test norm_bench
-#   then copy the two binaries to .gpu/bin/{tests/kernels,kernels/bench}/ and the
-#   shared libraries they load to .gpu/lib/
+# repository root there, after building here and bundling:
+#   cmake --preset gpu && cmake --build build-gpu -j2
+#   kernels/bench/pack_gpu_bundle.sh build-gpu      (then carry .gpu)
 #
 #   kernels/bench/device_round.sh OUT_DIR [norm_bench arguments, e.g. --forward-only]
 #
@@ -15,6 +14,8 @@ set -uo pipefail
 out=${1:?usage: device_round.sh OUT_DIR [norm_bench arguments]}
 shift
 mkdir -p "$out"
+# A bundle packed by pack_gpu_bundle.sh is unpacked first.
+if [[ ! -d .gpu/bin && -f .gpu/bundle.tar.xz ]]; then tar -C .gpu -xJf .gpu/bundle.tar.xz; fi
 lib=$PWD/.gpu/lib
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$out/device.txt" 2>&1
 LD_LIBRARY_PATH=$lib timeout 170 .gpu/bin/tests/kernels/kernels_gpu_test >"$out/kernels_gpu_test.log" 2>&1

@@ -96,8 +96,12 @@ Row ForwardRow(DType dtype, int64_t rows, int64_t hidden) {
   const detail::KernelPlan plan = detail::PlanForward(hidden, dtype);
   Row row{"forward",      DTypeText(dtype),   rows,        hidden,
           PlanText(plan), plan.block_threads, plan.cluster};
+  // A contiguous tensor whose H is not a multiple of the vector width has
+  // misaligned rows, which the realigning kernel or the general one serves.
+  const detail::ForwardPath path =
+      detail::ChooseForwardPath(plan, dtype, dtype, hidden % plan.width == 0, true);
   Query(reinterpret_cast<const void*>(
-            detail::FindForwardKernel(dtype, plan, /*fast=*/true, dtype, /*single=*/true)),
+            detail::FindForwardKernel(dtype, plan, path, dtype, /*single=*/true)),
         row);
   return row;
 }

@@ -143,27 +143,60 @@ __device__ __forceinline__ void StoreChunk(T* p, const Pack<T, W>& pack, bool ve
   for (int j = 0; j < W; ++j) StoreStreaming(p + j, pack.e[j]);
 }
 
+// A row's last chunk may be partial (launch_plan.h): only its first
+// `elements` (1..W) lie in the row. LoadPartialChunk reads those and zeroes
+// the rest; StorePartialChunk writes those alone. A whole chunk takes
+// LoadChunk / StoreChunk.
+template <typename T, int W>
+__device__ __forceinline__ Pack<T, W> LoadPartialChunk(const T* p, bool vectorized, int elements) {
+  if (elements >= W) return LoadChunk<T, W>(p, vectorized);
+  Pack<T, W> pack;
+  ZeroPack(pack);
+#pragma unroll
+  for (int j = 0; j < W; ++j) {
+    if (j < elements) pack.e[j] = LoadStreaming(p + j);
+  }
+  return pack;
+}
+
+template <typename T, int W>
+__device__ __forceinline__ void StorePartialChunk(T* p, const Pack<T, W>& pack, bool vectorized,
+                                                  int elements) {
+  if (elements >= W) {
+    StoreChunk<T, W>(p, pack, vectorized);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < W; ++j) {
+    if (j < elements) StoreStreaming(p + j, pack.e[j]);
+  }
+}
+
 template <typename O, int W>
-__device__ __forceinline__ void StoreFloats(O* p, const float (&y)[W], bool vectorized) {
+__device__ __forceinline__ void StoreFloats(O* p, const float (&y)[W], bool vectorized,
+                                            int elements) {
   Pack<O, W> pack;
 #pragma unroll
   for (int j = 0; j < W; ++j) pack.e[j] = FromFloat<O>(y[j]);
-  StoreChunk<O, W>(p, pack, vectorized);
+  StorePartialChunk<O, W>(p, pack, vectorized, elements);
 }
 
-// Writes W floats at element `index` of a row of runtime dtype `dtype`.
+// Writes the first `elements` of W floats at element `index` of a row of
+// runtime dtype `dtype` (all W for a whole chunk).
 template <int W>
 __device__ __forceinline__ void StoreOutput(void* row, uint8_t dtype, int64_t index,
-                                            const float (&y)[W], bool vectorized) {
+                                            const float (&y)[W], bool vectorized,
+                                            int elements = W) {
   switch (static_cast<DType>(dtype)) {
     case DType::kF32:
-      StoreFloats<float, W>(static_cast<float*>(row) + index, y, vectorized);
+      StoreFloats<float, W>(static_cast<float*>(row) + index, y, vectorized, elements);
       break;
     case DType::kF16:
-      StoreFloats<__half, W>(static_cast<__half*>(row) + index, y, vectorized);
+      StoreFloats<__half, W>(static_cast<__half*>(row) + index, y, vectorized, elements);
       break;
     case DType::kBF16:
-      StoreFloats<__nv_bfloat16, W>(static_cast<__nv_bfloat16*>(row) + index, y, vectorized);
+      StoreFloats<__nv_bfloat16, W>(static_cast<__nv_bfloat16*>(row) + index, y, vectorized,
+                                    elements);
       break;
   }
 }

@@ -4,8 +4,8 @@
 
 #include "forward_kernel.cuh"
 #include "forward_lean_kernel.cuh"
+#include "forward_realign_kernel.cuh"
 #include "forward_ring_kernel.cuh"
-#include "forward_staged_kernel.cuh"
 #include "kernel_registry.h"
 
 namespace normsvc::kernels::detail {
@@ -19,11 +19,10 @@ ForwardKernel ForwardKernelFor(const KernelPlan& plan) {
       if (plan.width != kVectorWidth) return nullptr;
       if (plan.slots == 1) return ForwardRowsKernel<T, 1, kVectorWidth>;
       if (plan.slots == 2) return ForwardRowsKernel<T, 2, kVectorWidth>;
+      if (plan.slots == 3) return ForwardRowsKernel<T, 3, kVectorWidth>;  // partial last chunk
       if (plan.slots == 4) return ForwardRowsKernel<T, 4, kVectorWidth>;
       return nullptr;
-    case Layout::kStrided:
-      if (plan.slots == 1) return ForwardRowsKernel<T, 1, 1>;
-      if (plan.slots == 16) return ForwardRowsKernel<T, 16, 1>;
+    case Layout::kStrided:  // backward plans only
       return nullptr;
     case Layout::kStreamed:
       return ForwardStreamedKernel<T>;
@@ -31,9 +30,8 @@ ForwardKernel ForwardKernelFor(const KernelPlan& plan) {
   return nullptr;
 }
 
-// The specialized kernels (see UsesFastForward in kernel_registry.h), with
-// gamma/beta in dtype P. Only plans of 4 vector or 16 strided slots span
-// clusters (PlanForward).
+// The specialized kernels (ForwardPath::kLean in kernel_registry.h), with
+// gamma/beta in dtype P. Only plans of 4 slots span clusters (PlanForward).
 template <typename T, typename P, bool kSingle>
 ForwardKernel LeanForwardKernelFor(const KernelPlan& plan) {
   constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
@@ -47,10 +45,6 @@ ForwardKernel LeanForwardKernelFor(const KernelPlan& plan) {
       return cluster ? ForwardLeanKernel<T, P, 4, kVectorWidth, kSingle, true>
                      : ForwardLeanKernel<T, P, 4, kVectorWidth, kSingle, false>;
     }
-  }
-  if (plan.layout == Layout::kStrided && plan.slots == 16) {
-    return cluster ? ForwardLeanKernel<T, P, 16, 1, kSingle, true>
-                   : ForwardLeanKernel<T, P, 16, 1, kSingle, false>;
   }
   return nullptr;
 }
@@ -74,14 +68,25 @@ ForwardKernel ParamStagedForwardKernelFor(const KernelPlan& plan) {
   return nullptr;
 }
 
-// The staged kernel (see UsesStagedForward in kernel_registry.h), with
-// gamma/beta in dtype P.
-template <typename T, typename P>
-ForwardKernel StagedForwardKernelFor(const KernelPlan& plan) {
-  if (plan.layout == Layout::kStrided && plan.slots == kStagedSlots && plan.cluster == 1) {
-    return ForwardStagedKernel<T, P>;
+// The realigning kernel (ForwardPath::kRealign in kernel_registry.h), with
+// gamma/beta in dtype P: vector plans within a block, at most
+// kRealignMaxSlots slots.
+template <typename T, typename P, bool kSingle>
+ForwardKernel RealignForwardKernelFor(const KernelPlan& plan) {
+  constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
+  if (plan.layout != Layout::kVector || plan.width != kVectorWidth || plan.cluster != 1) {
+    return nullptr;
   }
-  return nullptr;
+  if (plan.slots == 1) return ForwardRealignKernel<T, P, 1, kVectorWidth, kSingle>;
+  if (plan.slots == 2) return ForwardRealignKernel<T, P, 2, kVectorWidth, kSingle>;
+  if (plan.slots == 3) return ForwardRealignKernel<T, P, 3, kVectorWidth, kSingle>;
+  return nullptr;  // more than kRealignMaxSlots: the general kernel
+}
+
+template <typename T, typename P>
+ForwardKernel RealignForwardKernelFor(const KernelPlan& plan, bool single) {
+  return single ? RealignForwardKernelFor<T, P, true>(plan)
+                : RealignForwardKernelFor<T, P, false>(plan);
 }
 
 // The ring kernel (see UsesRingForward in kernel_registry.h), with

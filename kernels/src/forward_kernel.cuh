@@ -126,12 +126,13 @@ __device__ __forceinline__ void WriteOutput(const RowPointers<T>& r, int64_t ind
   StoreOutput<W>(r.out, r.out_dtype, index, y, vectorized);
 }
 
-// WriteOutput with gamma and beta from the thread's parameter cache (slot k).
+// WriteOutput with gamma and beta from the thread's parameter cache (slot k),
+// for a chunk of which the first `elements` lie in the row.
 template <typename T, int W>
 __device__ __forceinline__ void WriteOutputCached(const RowPointers<T>& r, int64_t index,
                                                   const Pack<T, W>& v, const RowStats& stats,
                                                   bool layer_norm, bool vectorized,
-                                                  const ParamCache& cache, int k) {
+                                                  const ParamCache& cache, int k, int elements) {
   float g[W] = {};
   float b[W] = {};
   if (r.gamma != nullptr) ReadCachedParams<T, W>(cache, k, 0, g);
@@ -142,7 +143,7 @@ __device__ __forceinline__ void WriteOutputCached(const RowPointers<T>& r, int64
     y[j] = ApplyAffine(NormalizedValue(PackElement(v, j), stats, layer_norm), g[j], b[j],
                        r.gamma != nullptr, r.beta != nullptr);
   }
-  StoreOutput<W>(r.out, r.out_dtype, index, y, vectorized);
+  StoreOutput<W>(r.out, r.out_dtype, index, y, vectorized, elements);
 }
 
 // The statistics from the row totals of the second pass, the sums of d and
@@ -199,16 +200,31 @@ __device__ __forceinline__ RowStats ClusterLayerNormStatistics(float thread_sum,
   return stats;
 }
 
+// Elements of chunk `chunk` (W elements each) inside a row of `hidden`: W for
+// every chunk but a partial last one, 0 past the row.
+template <int W>
+__device__ __forceinline__ int ChunkElements(int chunk, int hidden) {
+  const int left = hidden - chunk * W;
+  return left >= W ? W : (left > 0 ? left : 0);
+}
+
 // The statistics of a row held in registers as V chunks of W elements,
 // chunk k of this thread at k * team.row_threads + team.rank; chunks at or
-// past `chunks` are zero and ignored. LayerNorm: two passes, each ended by
-// RowSum, for rows within a block; ClusterLayerNormStatistics for rows that
-// span a cluster. RMSNorm: one pass.
-template <typename T, int V, int W>
-__device__ __forceinline__ RowStats RowStatistics(const Pack<T, W> (&v)[V], int chunks, int hidden,
-                                                  float epsilon, bool layer_norm,
-                                                  const RowTeam& team, ReduceScratch& scratch,
-                                                  int first_slot) {
+// past `chunks` are zero and ignored. kTail: the last chunk may be partial
+// (hidden % W != 0); its missing elements are zero in `v` and left out of
+// the sums (a zero adds nothing to the first pass and to RMSNorm's squares;
+// the second pass skips them). LayerNorm: two passes, each ended by RowSum,
+// for rows within a block; ClusterLayerNormStatistics for rows that span a
+// cluster. RMSNorm: one pass.
+//
+// RowStatisticsOf takes the chunks from `chunk_at(k)` (slot k's pack, by
+// value or reference) instead of an array, for kernels that derive them
+// (forward_realign_kernel.cuh); the same operations in the same order.
+template <typename T, int V, int W, bool kTail, typename ChunkAt>
+__device__ __forceinline__ RowStats RowStatisticsOf(ChunkAt&& chunk_at, int chunks, int hidden,
+                                                    float epsilon, bool layer_norm,
+                                                    const RowTeam& team, ReduceScratch& scratch,
+                                                    int first_slot) {
   RowStats stats;
   const float h = static_cast<float>(hidden);
   if (!layer_norm) {
@@ -216,9 +232,10 @@ __device__ __forceinline__ RowStats RowStatistics(const Pack<T, W> (&v)[V], int 
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       if (k * team.row_threads + team.rank < chunks) {
+        const Pack<T, W> chunk = chunk_at(k);
 #pragma unroll
         for (int j = 0; j < W; ++j) {
-          const float x = PackElement(v[k], j);
+          const float x = PackElement(chunk, j);
           squares[0] = fmaf(x, x, squares[0]);
         }
       }
@@ -229,14 +246,18 @@ __device__ __forceinline__ RowStats RowStatistics(const Pack<T, W> (&v)[V], int 
   }
   float sum[1] = {0.0f};
 #pragma unroll
-  for (int k = 0; k < V; ++k) sum[0] += PackSum<T, W>(v[k]);
+  for (int k = 0; k < V; ++k) sum[0] += PackSum<T, W>(chunk_at(k));
   const auto second_pass = [&](float pivot, float& d_sum, float& d_squares) {
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      if (k * team.row_threads + team.rank < chunks) {
+      const int chunk = k * team.row_threads + team.rank;
+      if (chunk < chunks) {
+        const int elements = kTail ? ChunkElements<W>(chunk, hidden) : W;
+        const Pack<T, W> values = chunk_at(k);
 #pragma unroll
         for (int j = 0; j < W; ++j) {
-          const float d = __fsub_rn(PackElement(v[k], j), pivot);
+          if (kTail && j >= elements) continue;
+          const float d = __fsub_rn(PackElement(values, j), pivot);
           d_sum += d;
           d_squares = fmaf(d, d, d_squares);
         }
@@ -244,10 +265,13 @@ __device__ __forceinline__ RowStats RowStatistics(const Pack<T, W> (&v)[V], int 
     }
   };
   if (team.cluster > 1) {
-    int thread_chunks = 0;
+    int thread_elements = 0;
 #pragma unroll
-    for (int k = 0; k < V; ++k) thread_chunks += k * team.row_threads + team.rank < chunks ? 1 : 0;
-    return ClusterLayerNormStatistics(sum[0], thread_chunks * W, h, epsilon, team, scratch,
+    for (int k = 0; k < V; ++k) {
+      const int chunk = k * team.row_threads + team.rank;
+      if (chunk < chunks) thread_elements += kTail ? ChunkElements<W>(chunk, hidden) : W;
+    }
+    return ClusterLayerNormStatistics(sum[0], thread_elements, h, epsilon, team, scratch,
                                       first_slot, second_pass);
   }
   RowSum<1>(sum, team, scratch, first_slot);
@@ -257,6 +281,15 @@ __device__ __forceinline__ RowStats RowStatistics(const Pack<T, W> (&v)[V], int 
   RowSum<2>(moments, team, scratch, first_slot + 1);
   FinishRowStatistics(moments, h, epsilon, layer_norm, stats);
   return stats;
+}
+
+template <typename T, int V, int W, bool kTail = false>
+__device__ __forceinline__ RowStats RowStatistics(const Pack<T, W> (&v)[V], int chunks, int hidden,
+                                                  float epsilon, bool layer_norm,
+                                                  const RowTeam& team, ReduceScratch& scratch,
+                                                  int first_slot) {
+  return RowStatisticsOf<T, V, W, kTail>([&](int k) -> const Pack<T, W>& { return v[k]; }, chunks,
+                                         hidden, epsilon, layer_norm, team, scratch, first_slot);
 }
 
 // The row a group works on at one iteration of the persistent loop.
@@ -275,14 +308,15 @@ __device__ __forceinline__ RowRef FetchRow(const ForwardParams& p, const RowSche
   ref.active = row < p.total_rows;
   ref.segment = LocateSegment(p, ref.active ? row : p.total_rows - 1, &ref.row);
   const DeviceSegment& s = *ref.segment;
-  const int chunks = s.hidden / W;
+  const int chunks = (s.hidden + W - 1) / W;
   const T* x_row = static_cast<const T*>(s.x) + ref.row * s.x_stride;
   const bool vectorized = s.vectorized != 0;
 #pragma unroll
   for (int k = 0; k < V; ++k) {
     const int chunk = k * team.row_threads + team.rank;
     if (ref.active && chunk < chunks) {
-      x[k] = LoadChunk<T, W>(x_row + static_cast<int64_t>(chunk) * W, vectorized);
+      x[k] = LoadPartialChunk<T, W>(x_row + static_cast<int64_t>(chunk) * W, vectorized,
+                                    ChunkElements<W>(chunk, s.hidden));
     } else {
       ZeroPack(x[k]);
     }
@@ -300,7 +334,7 @@ __device__ __forceinline__ void NormalizeRow(const RowRef& ref, Pack<T, W> (&v)[
   RefreshParamCache<T, V, W>(cache, s, team.row_threads, team.rank);
   const bool layer_norm = s.op == static_cast<uint8_t>(NormOp::kLayerNorm);
   const bool vectorized = s.vectorized != 0;
-  const int chunks = s.hidden / W;
+  const int chunks = (s.hidden + W - 1) / W;
   const RowPointers<T> r = ResolveRow<T>(s, ref.row);
   if (r.residual != nullptr) {
 #pragma unroll
@@ -308,24 +342,28 @@ __device__ __forceinline__ void NormalizeRow(const RowRef& ref, Pack<T, W> (&v)[
       const int chunk = k * team.row_threads + team.rank;
       if (ref.active && chunk < chunks) {
         const int64_t index = static_cast<int64_t>(chunk) * W;
-        const Pack<T, W> res = LoadChunk<T, W>(r.residual + index, vectorized);
+        const int elements = ChunkElements<W>(chunk, s.hidden);
+        const Pack<T, W> res = LoadPartialChunk<T, W>(r.residual + index, vectorized, elements);
 #pragma unroll
         for (int j = 0; j < W; ++j) {
           v[k].e[j] = FromFloat<T>(ToFloat(v[k].e[j]) + ToFloat(res.e[j]));
         }
-        if (r.residual_out != nullptr) StoreChunk<T, W>(r.residual_out + index, v[k], vectorized);
+        if (r.residual_out != nullptr) {
+          StorePartialChunk<T, W>(r.residual_out + index, v[k], vectorized, elements);
+        }
       }
     }
   }
-  const RowStats stats =
-      RowStatistics<T, V, W>(v, chunks, s.hidden, s.epsilon, layer_norm, team, scratch, first_slot);
+  // Plans with a partial last chunk (launch_plan.h) come here too.
+  const RowStats stats = RowStatistics<T, V, W, true>(v, chunks, s.hidden, s.epsilon, layer_norm,
+                                                      team, scratch, first_slot);
   if (!ref.active) return;
 #pragma unroll
   for (int k = 0; k < V; ++k) {
     const int chunk = k * team.row_threads + team.rank;
     if (chunk < chunks) {
       WriteOutputCached<T, W>(r, static_cast<int64_t>(chunk) * W, v[k], stats, layer_norm,
-                              vectorized, cache, k);
+                              vectorized, cache, k, ChunkElements<W>(chunk, s.hidden));
     }
   }
   if (team.rank == 0) {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "forward_ring_kernel.cuh"
-#include "forward_staged_kernel.cuh"
+#include "forward_segments.h"
 #include "kernel_params.h"
 #include "kernel_registry.h"
 #include "launch_common.h"
@@ -27,7 +27,7 @@ std::atomic<RingPolicy> ring_policy{RingPolicy::kTwoBlockClusters};
 std::atomic<int64_t> ring_launches{0};
 std::atomic<ParamStaging> param_staging{ParamStaging::kOneWave};
 std::atomic<int64_t> param_staged_launches{0};
-std::atomic<int64_t> staged_launches{0};
+std::atomic<int64_t> realign_launches{0};
 
 }  // namespace
 
@@ -41,7 +41,7 @@ int64_t ParamStagedForwardLaunches() {
   return param_staged_launches.load(std::memory_order_relaxed);
 }
 
-int64_t StagedForwardLaunches() { return staged_launches.load(std::memory_order_relaxed); }
+int64_t RealignForwardLaunches() { return realign_launches.load(std::memory_order_relaxed); }
 
 RingPolicy GetRingPolicy() { return ring_policy.load(std::memory_order_relaxed); }
 
@@ -55,6 +55,7 @@ namespace {
 
 using detail::DeviceSegment;
 using detail::ForwardParams;
+using detail::ForwardPath;
 using detail::KernelPlan;
 using detail::Layout;
 
@@ -63,65 +64,8 @@ using detail::Layout;
 constexpr std::size_t kTableEntryBytes =
     sizeof(DeviceSegment) + sizeof(int64_t) + sizeof(detail::SegmentBucket);
 
-// Everything that selects a kernel and its launch shape, and the op (rows of
-// one block must take the same reduction steps), packed into one integer;
-// segments with equal keys share one launch.
-uint64_t PackedKey(const ForwardSegment& s, const KernelPlan& plan, bool fast) {
-  uint64_t key = static_cast<uint64_t>(s.x_dtype);
-  key = key * 2 + static_cast<uint64_t>(s.op);
-  key = key * 4 + static_cast<uint64_t>(plan.layout);
-  key = key * 32 + static_cast<uint64_t>(plan.slots);
-  key = key * 32 + static_cast<uint64_t>(plan.width);
-  key = key * 2048 + static_cast<uint64_t>(plan.row_threads);
-  key = key * 16 + static_cast<uint64_t>(plan.cluster);
-  key = key * 2048 + static_cast<uint64_t>(plan.block_threads);
-  key = key * 4 + static_cast<uint64_t>(s.param_dtype);  // sizes the parameter cache
-  key = key * 2 + (fast ? 1 : 0);
-  return key;
-}
-
-// Whether every pointer and row pitch of the segment allows 16-byte chunk
-// accesses in the plan's layout (only the vector layout uses them).
-bool Vectorized(const ForwardSegment& s, const KernelPlan& plan) {
-  return plan.layout == Layout::kVector &&
-         detail::AllowsVectors(s.x, s.rows, s.x_row_stride, s.x_dtype) &&
-         detail::AllowsVectors(s.residual, s.rows, s.residual_row_stride, s.x_dtype) &&
-         detail::AllowsVectors(s.residual_out, s.rows, s.residual_out_row_stride, s.x_dtype) &&
-         detail::AllowsVectors(s.out, s.rows, s.out_row_stride, s.out_dtype) &&
-         detail::AllowsVectors(s.gamma, 1, 0, s.param_dtype) &&
-         detail::AllowsVectors(s.beta, 1, 0, s.param_dtype);
-}
-
-bool UsesFast(const ForwardSegment& s, const KernelPlan& plan) {
-  return detail::UsesFastForward(plan, s.x_dtype, s.out_dtype, Vectorized(s, plan));
-}
-
-DeviceSegment ToDevice(const ForwardSegment& s, const KernelPlan& plan, int64_t first_row) {
-  DeviceSegment d = {};
-  d.x = s.x;
-  d.residual = s.residual;
-  d.residual_out = s.residual_out;
-  d.gamma = s.gamma;
-  d.beta = s.beta;
-  d.out = s.out;
-  d.mean = s.mean;
-  d.rstd = s.rstd;
-  d.x_stride = s.x_row_stride;
-  d.residual_stride = s.residual_row_stride;
-  d.residual_out_stride = s.residual_out_row_stride;
-  d.out_stride = s.out_row_stride;
-  d.first_row = first_row;
-  d.hidden = static_cast<int32_t>(s.hidden);
-  d.epsilon = s.epsilon;
-  d.op = static_cast<uint8_t>(s.op);
-  d.out_dtype = static_cast<uint8_t>(s.out_dtype);
-  d.param_dtype = static_cast<uint8_t>(s.param_dtype);
-  d.vectorized = Vectorized(s, plan) ? 1 : 0;
-  return d;
-}
-
-// The specialized kernel (fast) takes a grid of one block (or cluster) per
-// row group, up to kMaxFastUnits of them looping over the rest. The general
+// The specialized and realigning kernels take a grid of one block (or
+// cluster) per row group, up to kMaxFastUnits of them looping over the rest. The general
 // row-register kernels are persistent: at most one wave of blocks, each
 // looping over its rows (a row's arithmetic does not depend on which block
 // or iteration handles it), with a per-thread gamma/beta cache in dynamic
@@ -149,25 +93,10 @@ Status LaunchPersistent(detail::ForwardKernel kernel, const KernelPlan& plan, st
                                 kEarlyLaunch);
 }
 
-Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, bool fast,
+Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, ForwardPath path,
                       ForwardParams params, cudaStream_t stream) {
   params.row_groups = (params.total_rows + plan.groups - 1) / plan.groups;
-  if (detail::UsesStagedForward(plan, fast, params.segment_count == 1,
-                                params.single.residual != nullptr)) {
-    // Each block keeps gamma, beta and kStagedStages row images in its
-    // shared memory.
-    const detail::ForwardKernel kernel =
-        detail::FindStagedForwardKernel(x_dtype, plan, param_dtype);
-    if (kernel == nullptr) return Status(Code::kInternal, "no staged forward kernel for this plan");
-    const std::size_t smem =
-        detail::StagedSharedBytes(params.single.hidden, static_cast<int64_t>(DTypeSize(x_dtype)),
-                                  static_cast<int64_t>(DTypeSize(param_dtype)), plan.groups);
-    const Status launched =
-        LaunchPersistent(kernel, plan, smem, ResidentUnits(kernel, plan, smem), params, stream);
-    if (launched.ok()) detail::staged_launches.fetch_add(1, std::memory_order_relaxed);
-    return launched;
-  }
-  if (detail::UsesRingForward(plan, fast, params.segment_count == 1,
+  if (detail::UsesRingForward(plan, path, params.segment_count == 1,
                               params.single.residual != nullptr, detail::GetRingPolicy())) {
     // Only where blocks would loop: for fewer row groups than fit at once the
     // ring has nothing to overlap, and ForwardLeanKernel (same bits) starts
@@ -182,7 +111,7 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
       return launched;
     }
   }
-  if (detail::UsesParamStaging(plan, fast, params.segment_count == 1, x_dtype, param_dtype,
+  if (detail::UsesParamStaging(plan, path, params.segment_count == 1, x_dtype, param_dtype,
                                detail::GetParamStaging())) {
     // Only for launches of one wave (every block resident at once, a small
     // batch): there the parameters' load after the statistics is on the
@@ -209,15 +138,19 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
     }
   }
   const detail::ForwardKernel kernel =
-      detail::FindForwardKernel(x_dtype, plan, fast, param_dtype, params.segment_count == 1);
+      detail::FindForwardKernel(x_dtype, plan, path, param_dtype, params.segment_count == 1);
   if (kernel == nullptr) return Status(Code::kInternal, "no forward kernel for this plan");
   if (plan.layout == Layout::kStreamed) {
     return detail::LaunchWithPlan(kernel, plan, params.total_rows, 0, params, stream, kEarlyLaunch);
   }
-  if (fast) {
-    return detail::LaunchWithPlan(kernel, plan,
-                                  std::min(params.row_groups, kMaxFastUnits) * plan.cluster, 0,
-                                  params, stream, kEarlyLaunch);
+  if (path != ForwardPath::kGeneral) {
+    const Status launched = detail::LaunchWithPlan(
+        kernel, plan, std::min(params.row_groups, kMaxFastUnits) * plan.cluster, 0, params, stream,
+        kEarlyLaunch);
+    if (launched.ok() && path == ForwardPath::kRealign) {
+      detail::realign_launches.fetch_add(1, std::memory_order_relaxed);
+    }
+    return launched;
   }
   const std::size_t smem = detail::ParamCacheBytes(
       plan.slots, plan.width, static_cast<int>(DTypeSize(param_dtype)), plan.block_threads);
@@ -241,9 +174,9 @@ Status LaunchForwardSegment(const ForwardSegment& segment, cudaStream_t stream) 
   params.op = static_cast<uint8_t>(segment.op);
   params.shape = detail::ShapeOf(plan);
   params.total_rows = segment.rows;
-  params.single = ToDevice(segment, plan, 0);
-  return LaunchOneGroup(segment.x_dtype, segment.param_dtype, plan, UsesFast(segment, plan), params,
-                        stream);
+  params.single = detail::ToDeviceSegment(segment, plan, 0);
+  return LaunchOneGroup(segment.x_dtype, segment.param_dtype, plan,
+                        detail::SegmentPath(segment, plan), params, stream);
 }
 
 namespace {
@@ -254,7 +187,7 @@ struct PreparedForward {
   struct Launch {
     int first_segment;  // index into the caller's segments (dtypes of the group)
     KernelPlan plan;
-    bool fast;
+    ForwardPath path;
     ForwardParams params;
   };
   std::vector<Launch> launches;
@@ -282,15 +215,15 @@ Status PrepareForward(const ForwardSegment* segments, int count, void* device_wo
     uint64_t key;  // PlanKey packed: entries of one launch are adjacent once sorted
     int index;
     KernelPlan plan;
-    bool fast;  // the specialized kernel (part of the key)
+    ForwardPath path;  // part of the key
   };
   std::vector<Entry> entries;
   entries.reserve(count);
   for (int i = 0; i < count; ++i) {
     if (segments[i].rows == 0) continue;
     const KernelPlan plan = detail::PlanForward(segments[i].hidden, segments[i].x_dtype);
-    const bool fast = UsesFast(segments[i], plan);
-    entries.push_back({PackedKey(segments[i], plan, fast), i, plan, fast});
+    const ForwardPath path = detail::SegmentPath(segments[i], plan);
+    entries.push_back({detail::SegmentLaunchKey(segments[i], plan, path), i, plan, path});
   }
   prepared->launches.clear();
   prepared->table_bytes = 0;
@@ -346,7 +279,7 @@ Status PrepareForward(const ForwardSegment* segments, int count, void* device_wo
     for (std::size_t e = start; e < end; ++e) {
       const ForwardSegment& s = segments[entries[e].index];
       if (s.rows != equal_rows) equal_rows = -1;
-      const DeviceSegment d = ToDevice(s, plan, rows);
+      const DeviceSegment d = detail::ToDeviceSegment(s, plan, rows);
       if (end - start == 1) {
         params.single = d;
       } else if (host_table != nullptr) {
@@ -370,7 +303,7 @@ Status PrepareForward(const ForwardSegment* segments, int count, void* device_wo
       }
     }
     prepared->launches.push_back(
-        {entries[start].index, entries[start].plan, entries[start].fast, params});
+        {entries[start].index, entries[start].plan, entries[start].path, params});
   }
   return Status::Ok();
 }
@@ -410,7 +343,7 @@ Status EnqueueForward(const ForwardSegment* segments, const PreparedForward& pre
                       cudaStream_t stream) {
   for (const PreparedForward::Launch& launch : prepared.launches) {
     const ForwardSegment& first = segments[launch.first_segment];
-    if (Status st = LaunchOneGroup(first.x_dtype, first.param_dtype, launch.plan, launch.fast,
+    if (Status st = LaunchOneGroup(first.x_dtype, first.param_dtype, launch.plan, launch.path,
                                    launch.params, stream);
         !st.ok()) {
       return st;

@@ -9,11 +9,6 @@ ForwardKernel FindLeanForwardKernelBF16(const KernelPlan& plan, DType param_dtyp
              : LeanForwardKernelFor<__nv_bfloat16, __nv_bfloat16>(plan, single);
 }
 
-ForwardKernel FindStagedForwardKernelBF16(const KernelPlan& plan, DType param_dtype) {
-  return param_dtype == DType::kF32 ? StagedForwardKernelFor<__nv_bfloat16, float>(plan)
-                                    : StagedForwardKernelFor<__nv_bfloat16, __nv_bfloat16>(plan);
-}
-
 ForwardKernel FindRingForwardKernelBF16(const KernelPlan& plan, DType param_dtype) {
   return param_dtype == DType::kF32 ? RingForwardKernelFor<__nv_bfloat16, float>(plan)
                                     : RingForwardKernelFor<__nv_bfloat16, __nv_bfloat16>(plan);

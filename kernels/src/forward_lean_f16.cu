@@ -8,11 +8,6 @@ ForwardKernel FindLeanForwardKernelF16(const KernelPlan& plan, DType param_dtype
                                     : LeanForwardKernelFor<__half, __half>(plan, single);
 }
 
-ForwardKernel FindStagedForwardKernelF16(const KernelPlan& plan, DType param_dtype) {
-  return param_dtype == DType::kF32 ? StagedForwardKernelFor<__half, float>(plan)
-                                    : StagedForwardKernelFor<__half, __half>(plan);
-}
-
 ForwardKernel FindRingForwardKernelF16(const KernelPlan& plan, DType param_dtype) {
   return param_dtype == DType::kF32 ? RingForwardKernelFor<__half, float>(plan)
                                     : RingForwardKernelFor<__half, __half>(plan);

@@ -7,10 +7,6 @@ ForwardKernel FindLeanForwardKernelF32(const KernelPlan& plan, DType param_dtype
   return param_dtype == DType::kF32 ? LeanForwardKernelFor<float, float>(plan, single) : nullptr;
 }
 
-ForwardKernel FindStagedForwardKernelF32(const KernelPlan& plan, DType param_dtype) {
-  return param_dtype == DType::kF32 ? StagedForwardKernelFor<float, float>(plan) : nullptr;
-}
-
 ForwardKernel FindRingForwardKernelF32(const KernelPlan& plan, DType param_dtype) {
   return param_dtype == DType::kF32 ? RingForwardKernelFor<float, float>(plan) : nullptr;
 }

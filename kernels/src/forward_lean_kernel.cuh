@@ -2,10 +2,11 @@
 //
 // Covers segments whose output dtype is the x dtype T and whose gamma/beta
 // have dtype P (T or fp32), in the vector layout with 16-byte accesses (every
-// pointer and row pitch of the segment aligned) or in the strided layout
-// (element-wise by construction); one segment (a whole tensor) or many (a
-// server batch, through the segment table). Everything else takes
-// ForwardRowsKernel (forward_kernel.cuh).
+// pointer and row pitch of the segment aligned, rows of whole chunks); one
+// segment (a whole tensor) or many (a server batch, through the segment
+// table). Rows off a 16-byte boundary take ForwardRealignKernel
+// (forward_realign_kernel.cuh), everything else ForwardRowsKernel
+// (forward_kernel.cuh).
 //
 // Why it is shaped this way: the persistent general kernel keeps the next row
 // in registers and a gamma/beta cache in shared memory; that costs up to 128
@@ -228,9 +229,7 @@ __device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& 
   }
 }
 
-// At most 64 registers a thread (kLeanMinBlocks blocks of 512 threads per SM)
-// in the vector layout; the strided layout's 16 one-element slots, each with
-// its own address, keep the 128-register budget (at 64 they spill 2 KB).
+// At most 64 registers a thread (kLeanMinBlocks blocks of 512 threads per SM).
 // NORMSVC_LEAN_MIN_BLOCKS overrides it for tuning builds (norm_bench_lean<N>).
 inline constexpr int kLeanMaxThreads = 512;
 #ifdef NORMSVC_LEAN_MIN_BLOCKS
@@ -253,7 +252,7 @@ inline constexpr int kLeanMinBlocks = 2;
 // arithmetic, same bits.
 template <typename T, typename P, int V, int W, bool kSingle, bool kCluster,
           bool kStageParams = false>
-__global__ void __launch_bounds__(kLeanMaxThreads, W == 1 ? 1 : kLeanMinBlocks)
+__global__ void __launch_bounds__(kLeanMaxThreads, kLeanMinBlocks)
     ForwardLeanKernel(const __grid_constant__ ForwardParams p) {
   BeginDependentGrid();
   __shared__ ReduceScratch scratch;

@@ -1,34 +1,43 @@
 // The forward kernel lookups by x dtype (kernel_registry.h): each dtype's
 // instantiations live in their own translation units (forward_<dtype>.cu,
-// forward_lean_<dtype>.cu).
+// forward_lean_<dtype>.cu, forward_realign_<dtype>.cu).
 #include "kernel_registry.h"
 
 namespace normsvc::kernels::detail {
 
-ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, bool fast, DType param_dtype,
-                                bool single_segment) {
-  switch (x_dtype) {
-    case DType::kF32:
-      return fast ? FindLeanForwardKernelF32(plan, param_dtype, single_segment)
-                  : FindForwardKernelF32(plan);
-    case DType::kF16:
-      return fast ? FindLeanForwardKernelF16(plan, param_dtype, single_segment)
-                  : FindForwardKernelF16(plan);
-    case DType::kBF16:
-      return fast ? FindLeanForwardKernelBF16(plan, param_dtype, single_segment)
-                  : FindForwardKernelBF16(plan);
-  }
-  return nullptr;
-}
-
-ForwardKernel FindStagedForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype) {
-  switch (x_dtype) {
-    case DType::kF32:
-      return FindStagedForwardKernelF32(plan, param_dtype);
-    case DType::kF16:
-      return FindStagedForwardKernelF16(plan, param_dtype);
-    case DType::kBF16:
-      return FindStagedForwardKernelBF16(plan, param_dtype);
+ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, ForwardPath path,
+                                DType param_dtype, bool single_segment) {
+  switch (path) {
+    case ForwardPath::kGeneral:
+      switch (x_dtype) {
+        case DType::kF32:
+          return FindForwardKernelF32(plan);
+        case DType::kF16:
+          return FindForwardKernelF16(plan);
+        case DType::kBF16:
+          return FindForwardKernelBF16(plan);
+      }
+      return nullptr;
+    case ForwardPath::kLean:
+      switch (x_dtype) {
+        case DType::kF32:
+          return FindLeanForwardKernelF32(plan, param_dtype, single_segment);
+        case DType::kF16:
+          return FindLeanForwardKernelF16(plan, param_dtype, single_segment);
+        case DType::kBF16:
+          return FindLeanForwardKernelBF16(plan, param_dtype, single_segment);
+      }
+      return nullptr;
+    case ForwardPath::kRealign:
+      switch (x_dtype) {
+        case DType::kF32:
+          return FindRealignForwardKernelF32(plan, param_dtype, single_segment);
+        case DType::kF16:
+          return FindRealignForwardKernelF16(plan, param_dtype, single_segment);
+        case DType::kBF16:
+          return FindRealignForwardKernelBF16(plan, param_dtype, single_segment);
+      }
+      return nullptr;
   }
   return nullptr;
 }

@@ -16,40 +16,54 @@ namespace normsvc::kernels::detail {
 using ForwardKernel = void (*)(ForwardParams);
 using BackwardKernel = void (*)(BackwardParams);
 
-// Whether a forward segment takes the specialized kernel (ForwardLeanKernel):
-// output in the x dtype, and either the vector layout with 16-byte accesses
-// allowed (`vectorized`) or the 16-slot strided layout. A function of the
-// plan, the dtypes and the alignment only; both kernels give the same bits.
-inline bool UsesFastForward(const KernelPlan& plan, DType x_dtype, DType out_dtype,
-                            bool vectorized) {
-  if (out_dtype != x_dtype) return false;
-  if (plan.layout == Layout::kVector) return vectorized;
-  return plan.layout == Layout::kStrided && plan.slots == 16;
+// Which forward kernel family serves a segment. A function of the plan, the
+// dtypes and the alignment of the segment's pointers only; every family
+// gives the same bits for the same row.
+enum class ForwardPath : uint8_t {
+  // ForwardRowsKernel / ForwardStreamedKernel: any output dtype, any
+  // alignment (element-wise accesses where 16-byte ones are not allowed).
+  kGeneral = 0,
+  // ForwardLeanKernel (and its ring and parameter-staging variants): output
+  // in the x dtype, the vector layout, every row 16-byte aligned and of
+  // whole chunks (`vectorized`; a plan with a partial last chunk never is).
+  kLean = 1,
+  // ForwardRealignKernel (forward_realign_kernel.cuh): output in the x
+  // dtype, the vector layout within a block and at most kRealignMaxSlots
+  // slots, rows that share their offset from a 16-byte boundary across x,
+  // out and the residuals, and 16-byte aligned gamma/beta (`realignable`);
+  // hidden sizes that are not a multiple of the vector width included.
+  kRealign = 2,
+};
+
+// The realigning kernel holds two aligned chunks a slot; with four slots it
+// spills registers (ptxas: 224-272 bytes of spill stores for 16-bit rows),
+// so 4-slot plans stay with the general kernel, as before it existed.
+inline constexpr int kRealignMaxSlots = 3;
+
+inline ForwardPath ChooseForwardPath(const KernelPlan& plan, DType x_dtype, DType out_dtype,
+                                     bool vectorized, bool realignable) {
+  if (out_dtype != x_dtype || plan.layout != Layout::kVector) return ForwardPath::kGeneral;
+  if (vectorized) return ForwardPath::kLean;
+  if (realignable && plan.cluster == 1 && plan.slots <= kRealignMaxSlots) {
+    return ForwardPath::kRealign;
+  }
+  return ForwardPath::kGeneral;
 }
 
-// Whether a one-segment launch of the specialized kernel's strided layout
-// takes ForwardStagedKernel instead (rows staged through shared memory by
-// bulk copies; same bits). The segment must have no residual.
-inline bool UsesStagedForward(const KernelPlan& plan, bool fast, bool single_segment,
-                              bool has_residual) {
-  return fast && single_segment && !has_residual && plan.layout == Layout::kStrided &&
-         plan.slots == 16 && plan.cluster == 1;
-}
-
-// Launches of ForwardStagedKernel so far in this process (for tests that
+// Launches of ForwardRealignKernel so far in this process (for tests that
 // must know which kernel served a launch).
-int64_t StagedForwardLaunches();
+int64_t RealignForwardLaunches();
 
 // Whether a one-segment launch of the specialized kernel's vector layout with
 // four chunks a thread may take ForwardRingKernel instead (x staged through
 // a shared-memory ring; same bits), as `policy` (ring_policy.h) says. The
 // launcher takes it when the launch also has more row groups than fit on
 // the device at once; the segment must have no residual.
-inline bool UsesRingForward(const KernelPlan& plan, bool fast, bool single_segment,
+inline bool UsesRingForward(const KernelPlan& plan, ForwardPath path, bool single_segment,
                             bool has_residual, RingPolicy policy) {
   const bool policy_allows = policy == RingPolicy::kEveryPlan ||
                              (policy == RingPolicy::kTwoBlockClusters && plan.cluster == 2);
-  return policy_allows && fast && single_segment && !has_residual &&
+  return policy_allows && path == ForwardPath::kLean && single_segment && !has_residual &&
          plan.layout == Layout::kVector && plan.slots == 4;
 }
 
@@ -58,10 +72,10 @@ inline bool UsesRingForward(const KernelPlan& plan, bool fast, bool single_segme
 // within a block, gamma/beta in the x dtype (16-byte chunks), as `policy`
 // allows. The launcher takes it only for launches whose blocks all fit on
 // the device at once (small batches).
-inline bool UsesParamStaging(const KernelPlan& plan, bool fast, bool single_segment, DType x_dtype,
-                             DType param_dtype, ParamStaging policy) {
-  return policy != ParamStaging::kOff && fast && single_segment && plan.layout == Layout::kVector &&
-         plan.cluster == 1 && param_dtype == x_dtype;
+inline bool UsesParamStaging(const KernelPlan& plan, ForwardPath path, bool single_segment,
+                             DType x_dtype, DType param_dtype, ParamStaging policy) {
+  return policy != ParamStaging::kOff && path == ForwardPath::kLean && single_segment &&
+         plan.layout == Layout::kVector && plan.cluster == 1 && param_dtype == x_dtype;
 }
 
 // The plan of a parameter-staging launch whose rows are no more than the
@@ -86,16 +100,15 @@ inline std::size_t ParamStagingBytes(const KernelPlan& plan) {
 }
 
 // Null when no instantiation matches the plan (a planning bug: the launcher
-// reports kInternal). `fast`: the specialized kernel, gamma/beta in
-// `param_dtype`; otherwise the general one.
-ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, bool fast, DType param_dtype,
-                                bool single_segment);
+// reports kInternal). The kernel of `path` (ForwardPath::kLean and kRealign
+// with gamma/beta in `param_dtype`).
+ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, ForwardPath path,
+                                DType param_dtype, bool single_segment);
 // `hidden`, `op`, `saved_stats` (mean/rstd given) and `aligned`
 // (BackwardParams::vectorized) pick among the staged backward kernels
 // (UsesStagedBackward).
 BackwardKernel FindBackwardKernel(DType x_dtype, const KernelPlan& plan, int64_t hidden, NormOp op,
                                   bool saved_stats, bool aligned);
-ForwardKernel FindStagedForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype);
 ForwardKernel FindRingForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype);
 ForwardKernel FindParamStagedForwardKernel(DType x_dtype, const KernelPlan& plan);
 
@@ -105,9 +118,9 @@ ForwardKernel FindForwardKernelBF16(const KernelPlan& plan);
 ForwardKernel FindLeanForwardKernelF32(const KernelPlan& plan, DType param_dtype, bool single);
 ForwardKernel FindLeanForwardKernelF16(const KernelPlan& plan, DType param_dtype, bool single);
 ForwardKernel FindLeanForwardKernelBF16(const KernelPlan& plan, DType param_dtype, bool single);
-ForwardKernel FindStagedForwardKernelF32(const KernelPlan& plan, DType param_dtype);
-ForwardKernel FindStagedForwardKernelF16(const KernelPlan& plan, DType param_dtype);
-ForwardKernel FindStagedForwardKernelBF16(const KernelPlan& plan, DType param_dtype);
+ForwardKernel FindRealignForwardKernelF32(const KernelPlan& plan, DType param_dtype, bool single);
+ForwardKernel FindRealignForwardKernelF16(const KernelPlan& plan, DType param_dtype, bool single);
+ForwardKernel FindRealignForwardKernelBF16(const KernelPlan& plan, DType param_dtype, bool single);
 ForwardKernel FindRingForwardKernelF32(const KernelPlan& plan, DType param_dtype);
 ForwardKernel FindRingForwardKernelF16(const KernelPlan& plan, DType param_dtype);
 ForwardKernel FindRingForwardKernelBF16(const KernelPlan& plan, DType param_dtype);

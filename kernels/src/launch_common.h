@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "alignment.h"
 #include "kernel_params.h"
 #include "launch_plan.h"
 #include "normsvc/kernels/types.h"
@@ -20,17 +21,6 @@ inline Status FromCuda(const char* what, cudaError_t error) {
   if (error == cudaSuccess) return Status::Ok();
   return Status(error == cudaErrorMemoryAllocation ? Code::kResourceExhausted : Code::kInternal,
                 std::string(what) + ": " + cudaGetErrorString(error));
-}
-
-inline bool IsAligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
-// A tensor of `rows` rows allows 16-byte chunk accesses when its base is
-// 16-byte aligned and, for more than one row, its row pitch is a multiple of
-// 16 bytes. Null (absent) tensors do not constrain.
-inline bool AllowsVectors(const void* base, int64_t rows, int64_t row_stride, DType dtype) {
-  if (base == nullptr) return true;
-  if (!IsAligned16(base)) return false;
-  return rows <= 1 || (row_stride * static_cast<int64_t>(DTypeSize(dtype))) % 16 == 0;
 }
 
 inline RowShape ShapeOf(const KernelPlan& plan) {

@@ -22,12 +22,14 @@ namespace normsvc::kernels::detail {
 
 enum class Layout : uint8_t {
   // Chunks of `width` contiguous elements (16 bytes of x); chunk c belongs to
-  // row thread c % row_threads, register slot c / row_threads. Needs
-  // hidden % width == 0.
+  // row thread c % row_threads, register slot c / row_threads. A row has
+  // ceil(hidden / width) chunks: forward plans allow a partial last chunk
+  // (hidden % width != 0; its missing elements are zeros in registers, left
+  // out of every sum and never read or written), backward plans do not.
   kVector = 0,
   // One element per chunk (width 1): element e belongs to row thread
-  // e % row_threads. For hidden sizes that are not a multiple of the vector
-  // width, whose rows can never all be 16-byte aligned.
+  // e % row_threads. Backward plans for hidden sizes that are not a multiple
+  // of the vector width.
   kStrided = 1,
   // Rows too large for registers: one 1024-thread block per row re-reads the
   // row from global memory (forward: 3 passes; backward: up to 4).

@@ -49,8 +49,18 @@ __device__ __forceinline__ ParamCache EmptyParamCache(uint8_t* base) {
   return c;
 }
 
+// Copies a chunk of W parameters of which the first `elements` lie in the
+// row; the slot's other elements are zero.
 template <typename P, int W>
-__device__ __forceinline__ void CopyParamPack(const P* src, uint8_t* dst, bool vectorized) {
+__device__ __forceinline__ void CopyParamPack(const P* src, uint8_t* dst, bool vectorized,
+                                              int elements) {
+  if (elements < W) {
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      reinterpret_cast<P*>(dst)[j] = j < elements ? src[j] : P(0.0f);
+    }
+    return;
+  }
   constexpr int kBytes = static_cast<int>(sizeof(P)) * W;
   if constexpr (kBytes % 16 == 0) {
     if (vectorized) {
@@ -78,22 +88,25 @@ __device__ __forceinline__ void RefreshParamCache(ParamCache& c, const DeviceSeg
   c.hidden = s.hidden;
   c.dtype = s.param_dtype;
   c.pack_bytes = W * (fp32 ? 4 : static_cast<int>(sizeof(T)));
-  const int chunks = s.hidden / W;
+  const int chunks = (s.hidden + W - 1) / W;  // the last may be partial
   const bool vectorized = s.vectorized != 0;
 #pragma unroll
   for (int k = 0; k < V; ++k) {
     const int chunk = k * row_threads + rank;
     if (chunk >= chunks) continue;
     const int64_t index = static_cast<int64_t>(chunk) * W;
+    const int left = s.hidden - chunk * W;
+    const int elements = left < W ? left : W;
 #pragma unroll
     for (int which = 0; which < 2; ++which) {
       const void* src = which == 0 ? s.gamma : s.beta;
       if (src == nullptr) continue;
       if (fp32) {
         CopyParamPack<float, W>(static_cast<const float*>(src) + index, c.Slot(k, which),
-                                vectorized);
+                                vectorized, elements);
       } else {
-        CopyParamPack<T, W>(static_cast<const T*>(src) + index, c.Slot(k, which), vectorized);
+        CopyParamPack<T, W>(static_cast<const T*>(src) + index, c.Slot(k, which), vectorized,
+                            elements);
       }
     }
   }

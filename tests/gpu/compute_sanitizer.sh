@@ -36,6 +36,8 @@ out=${1:?usage: compute_sanitizer.sh OUT_DIR [racecheck-all]}
 mode=${2:-tools}
 mkdir -p "$out"
 sanitizer=${COMPUTE_SANITIZER:-/usr/local/cuda/bin/compute-sanitizer}
+# A bundle packed by kernels/bench/pack_gpu_bundle.sh is unpacked first.
+if [[ ! -d .gpu/bin && -f .gpu/bundle.tar.xz ]]; then tar -C .gpu -xJf .gpu/bundle.tar.xz; fi
 lib=$PWD/.gpu/lib
 kernels_test=.gpu/bin/tests/kernels/kernels_gpu_test
 server_test=.gpu/bin/tests/server/server_test

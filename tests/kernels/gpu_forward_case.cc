@@ -25,6 +25,10 @@ double RoundTo(DType dtype, double value) {
 
 const char* Name(DType d) { return DTypeName(d); }
 
+// Bytes after the last row of each output buffer, which must keep the poison
+// (a kernel that wrote past a row's end would change them).
+constexpr std::size_t kGuardBytes = 32;
+
 }  // namespace
 
 std::string Describe(const ForwardSpec& s) {
@@ -72,11 +76,14 @@ void ForwardCase::Upload() {
   };
   x_dev_ = upload_activation(x_);
   if (s.residual) residual_dev_ = upload_activation(residual_);
-  if (s.residual_out)
-    residual_out_dev_ = DeviceBuffer(offset_bytes + Bytes(s.x_dtype, s.rows * stride));
+  if (s.residual_out) {
+    residual_out_dev_ =
+        DeviceBuffer(offset_bytes + Bytes(s.x_dtype, s.rows * stride) + kGuardBytes);
+  }
   if (s.gamma) gamma_dev_ = gamma_.ToDevice();
   if (s.beta) beta_dev_ = beta_.ToDevice();
-  out_dev_ = DeviceBuffer(Bytes(s.out_dtype, s.offset + s.rows * (s.hidden + s.out_pad)));
+  out_dev_ =
+      DeviceBuffer(Bytes(s.out_dtype, s.offset + s.rows * (s.hidden + s.out_pad)) + kGuardBytes);
   if (s.stats) {
     if (s.op == NormOp::kLayerNorm) mean_dev_ = DeviceBuffer(Bytes(DType::kF32, s.rows));
     rstd_dev_ = DeviceBuffer(Bytes(DType::kF32, s.rows));
@@ -134,6 +141,28 @@ std::vector<uint8_t> ForwardCase::OutputBytes() const {
   return all;
 }
 
+std::vector<uint8_t> ForwardCase::DenseOutputBytes() const {
+  const ForwardSpec& s = spec_;
+  std::vector<uint8_t> all;
+  const auto add_rows = [&](const DeviceBuffer& buffer, DType dtype, int64_t stride) {
+    const std::vector<uint8_t> bytes = buffer.Download();
+    if (bytes.empty()) return;
+    const std::size_t row_bytes = Bytes(dtype, s.hidden);
+    for (int64_t r = 0; r < s.rows; ++r) {
+      const auto begin =
+          bytes.begin() + static_cast<std::ptrdiff_t>(Bytes(dtype, s.offset + r * stride));
+      all.insert(all.end(), begin, begin + static_cast<std::ptrdiff_t>(row_bytes));
+    }
+  };
+  add_rows(out_dev_, s.out_dtype, s.hidden + s.out_pad);
+  add_rows(residual_out_dev_, s.x_dtype, s.hidden + s.x_pad);
+  for (const DeviceBuffer* stats : {&mean_dev_, &rstd_dev_}) {
+    const std::vector<uint8_t> bytes = stats->Download();
+    all.insert(all.end(), bytes.begin(), bytes.end());
+  }
+  return all;
+}
+
 double ForwardCase::Check(const std::string& label) const {
   const ForwardSpec& s = spec_;
   const int64_t h = s.hidden;
@@ -145,6 +174,19 @@ double ForwardCase::Check(const std::string& label) const {
   const std::vector<uint8_t> rstd_bytes = rstd_dev_.Download();
   const uint8_t* out = out_bytes.data() + Bytes(s.out_dtype, s.offset);
   const uint8_t* res_out = s.residual_out ? res_bytes.data() + Bytes(s.x_dtype, s.offset) : nullptr;
+  // Outside the rows: the elements before row 0 and the guard after the
+  // last row keep the poison.
+  const auto outside_rows_kept = [&](const std::vector<uint8_t>& bytes, DType dtype,
+                                     int64_t stride) {
+    const std::size_t head = Bytes(dtype, s.offset);
+    const std::size_t tail = head + Bytes(dtype, s.rows * stride);
+    for (std::size_t b = 0; b < bytes.size(); ++b) {
+      if ((b < head || b >= tail) && bytes[b] != poison_) return false;
+    }
+    return true;
+  };
+  bool outside_ok = outside_rows_kept(out_bytes, s.out_dtype, out_stride);
+  if (s.residual_out) outside_ok = outside_ok && outside_rows_kept(res_bytes, s.x_dtype, x_stride);
   const std::vector<double> gamma = s.gamma ? gamma_.Row(0) : std::vector<double>();
   const std::vector<double> beta = s.beta ? beta_.Row(0) : std::vector<double>();
 
@@ -190,6 +232,13 @@ double ForwardCase::Check(const std::string& label) const {
         local_max = std::max(local_max, ratio);
       }
       if (res_out != nullptr) {
+        for (int64_t c = h; c < x_stride; ++c) {  // padding must keep the poison
+          for (std::size_t b = 0; b < DTypeSize(s.x_dtype); ++b) {
+            if (res_out[(r * x_stride + c) * DTypeSize(s.x_dtype) + b] != poison_) {
+              fail(r, c, "residual_out padding overwritten");
+            }
+          }
+        }
         for (int64_t c = 0; c < h; ++c) {
           const double got = LoadAsFloat(res_out, s.x_dtype, r * x_stride + c);
           if (!(got == v[c] || (std::isnan(got) && std::isnan(v[c])))) {
@@ -215,6 +264,10 @@ double ForwardCase::Check(const std::string& label) const {
     std::lock_guard<std::mutex> lock(mutex);
     max_ratio = std::max(max_ratio, local_max);
   });
+  if (!outside_ok) {
+    ADD_FAILURE() << label << " [" << Describe(s)
+                  << "]: bytes before row 0 or after the last row were written";
+  }
   if (failures > 0) {
     std::ostringstream o;
     o << label << " [" << Describe(s) << "]: " << failures << " mismatches";

@@ -42,24 +42,32 @@ TEST(KernelDispatch, EveryForwardPlanHasItsKernels) {
       const std::string where = Where(dtype, hidden, plan);
       for (DType param_dtype : {dtype, DType::kF32}) {
         for (bool single : {true, false}) {
-          ASSERT_NE(detail::FindForwardKernel(dtype, plan, false, param_dtype, single), nullptr)
-              << "general " << where;
+          const bool whole_chunks =
+              plan.layout == detail::Layout::kVector && hidden % plan.width == 0;
           for (bool vectorized : {true, false}) {
-            if (!detail::UsesFastForward(plan, dtype, dtype, vectorized)) continue;
-            ASSERT_NE(detail::FindForwardKernel(dtype, plan, true, param_dtype, single), nullptr)
-                << "specialized " << where;
-            ++checked;
+            // 16-byte accesses need rows of whole chunks (forward_launch.cu).
+            if (vectorized && !whole_chunks) continue;
+            for (bool realignable : {true, false}) {
+              const detail::ForwardPath path =
+                  detail::ChooseForwardPath(plan, dtype, dtype, vectorized, realignable);
+              ASSERT_NE(detail::FindForwardKernel(dtype, plan, path, param_dtype, single), nullptr)
+                  << "path " << static_cast<int>(path) << " " << where;
+              ++checked;
+            }
           }
-          if (detail::UsesStagedForward(plan, true, single, false)) {
-            ASSERT_NE(detail::FindStagedForwardKernel(dtype, plan, param_dtype), nullptr)
-                << "staged " << where;
-          }
-          if (detail::UsesParamStaging(plan, true, single, dtype, param_dtype,
+          ASSERT_NE(detail::FindForwardKernel(dtype, plan, detail::ForwardPath::kGeneral,
+                                              param_dtype, single),
+                    nullptr)
+              << "general " << where;
+          // The specialized kernel's variants, where it may serve the plan.
+          if (whole_chunks &&
+              detail::UsesParamStaging(plan, detail::ForwardPath::kLean, single, dtype, param_dtype,
                                        detail::ParamStaging::kOneWave)) {
             ASSERT_NE(detail::FindParamStagedForwardKernel(dtype, plan), nullptr)
                 << "parameters staged " << where;
           }
-          if (detail::UsesRingForward(plan, true, single, false, detail::RingPolicy::kEveryPlan)) {
+          if (whole_chunks && detail::UsesRingForward(plan, detail::ForwardPath::kLean, single,
+                                                      false, detail::RingPolicy::kEveryPlan)) {
             ASSERT_NE(detail::FindRingForwardKernel(dtype, plan, param_dtype), nullptr)
                 << "ring " << where;
           }

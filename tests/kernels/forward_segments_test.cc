@@ -1,0 +1,136 @@
+// Which kernel family the forward launcher gives a segment
+// (kernels/src/forward_segments.h), from its pointers' alignment, pitches,
+// dtypes and plan. Host code only: the pointers are addresses, never
+// dereferenced, so it runs without a GPU.
+#include "forward_segments.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+namespace normsvc::kernels::detail {
+namespace {
+
+// An address `offset` bytes past a 256-byte boundary (as cudaMalloc returns
+// them), distinct for each buffer.
+void* At(int buffer, int64_t offset) {
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(0x100000 * (buffer + 1) + offset));
+}
+
+// A contiguous tensor of `rows` x `hidden` in every activation buffer, row 0
+// `offset` elements in; gamma and beta 16-byte aligned.
+ForwardSegment Contiguous(DType dtype, int64_t rows, int64_t hidden, int64_t offset = 0) {
+  const int64_t bytes = offset * static_cast<int64_t>(DTypeSize(dtype));
+  ForwardSegment s;
+  s.rows = rows;
+  s.hidden = hidden;
+  s.x_dtype = s.out_dtype = s.param_dtype = dtype;
+  s.x = At(0, bytes);
+  s.x_row_stride = hidden;
+  s.out = At(1, bytes);
+  s.out_row_stride = hidden;
+  s.gamma = At(2, 0);
+  s.beta = At(3, 0);
+  return s;
+}
+
+ForwardPath PathFor(const ForwardSegment& s) {
+  return SegmentPath(s, PlanForward(s.hidden, s.x_dtype));
+}
+
+TEST(ForwardSegments, AlignedRowsOfWholeChunksTakeTheSpecializedKernel) {
+  EXPECT_EQ(PathFor(Contiguous(DType::kBF16, 4096, 4096)), ForwardPath::kLean);
+  EXPECT_EQ(PathFor(Contiguous(DType::kF32, 16, 768)), ForwardPath::kLean);
+  // One row: its pitch does not matter.
+  ForwardSegment one = Contiguous(DType::kBF16, 1, 1024);
+  one.x_row_stride = one.out_row_stride = 1027;
+  EXPECT_EQ(PathFor(one), ForwardPath::kLean);
+}
+
+TEST(ForwardSegments, RowsOffTheirBoundaryAreRealigned) {
+  // H not a multiple of the vector width: every row but some is misaligned.
+  EXPECT_EQ(PathFor(Contiguous(DType::kBF16, 8189, 2049)), ForwardPath::kRealign);
+  EXPECT_EQ(PathFor(Contiguous(DType::kF32, 8189, 2049)), ForwardPath::kRealign);
+  EXPECT_EQ(PathFor(Contiguous(DType::kF16, 3, 5)), ForwardPath::kRealign);
+  // Even one aligned row of such an H has a partial last chunk.
+  EXPECT_EQ(PathFor(Contiguous(DType::kBF16, 1, 2049)), ForwardPath::kRealign);
+  // Whole chunks on a misaligned base, or a misaligned pitch.
+  EXPECT_EQ(PathFor(Contiguous(DType::kBF16, 64, 256, 3)), ForwardPath::kRealign);
+  ForwardSegment pitched = Contiguous(DType::kF32, 64, 128);
+  pitched.x_row_stride = pitched.out_row_stride = 130;
+  EXPECT_EQ(PathFor(pitched), ForwardPath::kRealign);
+  // With the residual and residual_out at the same offsets.
+  ForwardSegment residual = Contiguous(DType::kBF16, 9, 2049, 5);
+  residual.residual = At(4, 10);
+  residual.residual_row_stride = 2049;
+  residual.residual_out = At(5, 10);
+  residual.residual_out_row_stride = 2049;
+  EXPECT_EQ(PathFor(residual), ForwardPath::kRealign);
+}
+
+TEST(ForwardSegments, RowsThatDoNotShareTheirOffsetsTakeTheGeneralKernel) {
+  // out one element further along than x.
+  ForwardSegment shifted = Contiguous(DType::kBF16, 9, 2049);
+  shifted.out = At(1, 2);
+  EXPECT_EQ(PathFor(shifted), ForwardPath::kGeneral);
+  // out rows one element further apart than x rows.
+  ForwardSegment pitched = Contiguous(DType::kBF16, 9, 2049);
+  pitched.out_row_stride = 2050;
+  EXPECT_EQ(PathFor(pitched), ForwardPath::kGeneral);
+  // The residual elsewhere.
+  ForwardSegment residual = Contiguous(DType::kBF16, 9, 2049);
+  residual.residual = At(4, 6);
+  residual.residual_row_stride = 2049;
+  EXPECT_EQ(PathFor(residual), ForwardPath::kGeneral);
+  // gamma not 16-byte aligned.
+  ForwardSegment gamma = Contiguous(DType::kBF16, 9, 2049);
+  gamma.gamma = At(2, 2);
+  EXPECT_EQ(PathFor(gamma), ForwardPath::kGeneral);
+  // Another output dtype.
+  ForwardSegment widened = Contiguous(DType::kBF16, 9, 2049);
+  widened.out_dtype = DType::kF32;
+  widened.out = At(1, 0);
+  EXPECT_EQ(PathFor(widened), ForwardPath::kGeneral);
+  // x not on an element boundary.
+  ForwardSegment odd = Contiguous(DType::kBF16, 9, 2049);
+  odd.x = At(0, 1);
+  odd.out = At(1, 1);
+  EXPECT_EQ(PathFor(odd), ForwardPath::kGeneral);
+}
+
+TEST(ForwardSegments, PlansTooWideForTheRealigningKernelTakeTheGeneralKernel) {
+  // Misaligned rows whose plan has four slots (bf16 H = 4096) or spans a
+  // cluster (bf16 H = 16385).
+  const KernelPlan wide = PlanForward(4096, DType::kBF16);
+  ASSERT_GT(wide.slots, kRealignMaxSlots);
+  EXPECT_EQ(PathFor(Contiguous(DType::kBF16, 64, 4096, 1)), ForwardPath::kGeneral);
+  ASSERT_GT(PlanForward(16385, DType::kBF16).cluster, 1);
+  EXPECT_EQ(PathFor(Contiguous(DType::kBF16, 4, 16385)), ForwardPath::kGeneral);
+}
+
+TEST(ForwardSegments, EveryPlanWithAPartialChunkFitsTheRealigningKernelUpTo1536Chunks) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const int64_t width = VectorWidth(dtype);
+    for (int64_t hidden = 1; hidden <= 1536 * width; ++hidden) {
+      if (hidden % width == 0) continue;
+      const KernelPlan plan = PlanForward(hidden, dtype);
+      ASSERT_EQ(ChooseForwardPath(plan, dtype, dtype, false, true), ForwardPath::kRealign)
+          << DTypeName(dtype) << " H=" << hidden << " slots " << plan.slots;
+    }
+  }
+}
+
+TEST(ForwardSegments, TheKernelFamilyIsPartOfTheLaunchKey) {
+  const ForwardSegment aligned = Contiguous(DType::kBF16, 1, 256);
+  const ForwardSegment misaligned = Contiguous(DType::kBF16, 1, 256, 1);
+  const KernelPlan plan = PlanForward(256, DType::kBF16);
+  const ForwardPath a = SegmentPath(aligned, plan);
+  const ForwardPath b = SegmentPath(misaligned, plan);
+  ASSERT_NE(a, b);
+  EXPECT_NE(SegmentLaunchKey(aligned, plan, a), SegmentLaunchKey(misaligned, plan, b));
+  EXPECT_EQ(ToDeviceSegment(aligned, plan, 0).vectorized, 1);
+  EXPECT_EQ(ToDeviceSegment(misaligned, plan, 0).vectorized, 0);
+}
+
+}  // namespace
+}  // namespace normsvc::kernels::detail
