@@ -32,37 +32,21 @@
 
 #include "forward_kernel.cuh"
 #include "forward_lean_kernel.cuh"
+#include "realign_shift.h"
 #include "segment_lookup.cuh"
 
 namespace normsvc::kernels::detail {
 
 // Elements [e, e + W) of the 2W elements lo ++ hi, for 0 <= e < W (the same
-// in every thread of a row): a barrel shift over 32-bit words by selects
-// (no local memory), then a funnel shift for a remaining half word.
+// in every thread of a row): realign_shift.h, on the packs' words.
 template <typename T, int W>
 __device__ __forceinline__ Pack<T, W> ShiftPack(const Pack<T, W>& lo, const Pack<T, W>& hi, int e) {
   static_assert(sizeof(Pack<T, W>) % 4 == 0, "packs of whole 32-bit words");
   constexpr int kWords = static_cast<int>(sizeof(Pack<T, W>) / 4);
-  uint32_t w[2 * kWords];
-#pragma unroll
-  for (int i = 0; i < kWords; ++i) {
-    w[i] = reinterpret_cast<const uint32_t*>(&lo)[i];
-    w[kWords + i] = reinterpret_cast<const uint32_t*>(&hi)[i];
-  }
-  const int byte_shift = e * static_cast<int>(sizeof(T));
-  const int word_shift = byte_shift >> 2;
-  const unsigned bit_shift = static_cast<unsigned>(byte_shift & 3) * 8u;
-#pragma unroll
-  for (int step = 1; step < kWords; step <<= 1) {
-    const bool take = (word_shift & step) != 0;
-#pragma unroll
-    for (int i = 0; i + step < 2 * kWords; ++i) w[i] = take ? w[i + step] : w[i];
-  }
   Pack<T, W> out;
-#pragma unroll
-  for (int i = 0; i < kWords; ++i) {
-    reinterpret_cast<uint32_t*>(&out)[i] = __funnelshift_r(w[i], w[i + 1], bit_shift);
-  }
+  ShiftWords<kWords>(reinterpret_cast<const uint32_t(&)[kWords]>(lo),
+                     reinterpret_cast<const uint32_t(&)[kWords]>(hi),
+                     e * static_cast<int>(sizeof(T)), reinterpret_cast<uint32_t(&)[kWords]>(out));
   return out;
 }
 
