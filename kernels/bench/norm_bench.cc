@@ -4,7 +4,10 @@
 //   norm_bench [--json PATH] [--iterations N] [--quick] [--forward-only]
 //              [--backward-only] [--backward-dx-only] [--hidden H]
 //              [--dtype bf16|fp32] [--ring off|two-block-clusters|every-plan]
-//              [--param_staging off|one-wave]
+//              [--param_staging off|one-wave] [--elements N]
+// --elements sets the large shapes' size: rows = ceil(N / H), N >= 2^20
+// (default 2^24, the floor of 16M elements; 2^26 is the 64M
+// elements of a bf16 16384 x 4096 tensor), recorded in the JSON.
 // --ring sets which one-segment launches take the ring kernel
 // (kernels/src/ring_policy.h; default two-block-clusters); --param_staging
 // which ones stage gamma/beta in shared memory (kernels/src/param_staging.h;
@@ -46,7 +49,11 @@ using kernels::ForwardSegment;
 using kernels::NormOp;
 
 constexpr int kSets = 3;
-constexpr int64_t kElements = (int64_t{1} << 24) + (int64_t{1} << 16);
+// The large shapes' element count (--elements), and the pools' size: that
+// and 2^16 more, so that rows = ceil(N / H) always fit.
+int64_t large_elements = int64_t{1} << 24;
+int64_t PoolElements() { return large_elements + (int64_t{1} << 16); }
+int64_t LargeRows(int64_t hidden) { return (large_elements + hidden - 1) / hidden; }
 
 struct Record {
   std::string kind;  // forward, backward, small_batch, multi_segment
@@ -71,14 +78,14 @@ Pool MakePool(DType dtype) {
   Pool p;
   const std::size_t size = kernels::DTypeSize(dtype);
   for (int s = 0; s < kSets; ++s) {
-    p.x[s] = RandomDeviceArray(dtype, kElements * 3 / 2, -2.0f, 2.0f, 11 + s);
-    p.dy[s] = RandomDeviceArray(dtype, kElements, -1.0f, 1.0f, 101 + s);
-    p.out[s] = DeviceArray(kElements * 3 / 2 * size);
+    p.x[s] = RandomDeviceArray(dtype, PoolElements() * 3 / 2, -2.0f, 2.0f, 11 + s);
+    p.dy[s] = RandomDeviceArray(dtype, PoolElements(), -1.0f, 1.0f, 101 + s);
+    p.out[s] = DeviceArray(PoolElements() * 3 / 2 * size);
   }
   p.gamma = RandomDeviceArray(dtype, 1 << 20, 0.5f, 1.5f, 7);
   p.beta = RandomDeviceArray(dtype, 1 << 20, -0.5f, 0.5f, 8);
-  p.mean = static_cast<float*>(DeviceArray(kElements * sizeof(float)));
-  p.rstd = static_cast<float*>(DeviceArray(kElements * sizeof(float)));
+  p.mean = static_cast<float*>(DeviceArray(PoolElements() * sizeof(float)));
+  p.rstd = static_cast<float*>(DeviceArray(PoolElements() * sizeof(float)));
   return p;
 }
 
@@ -107,7 +114,7 @@ ForwardSegment Segment(NormOp op, DType dtype, int64_t rows, int64_t hidden, con
 
 Record Forward(NormOp op, DType dtype, int64_t hidden, const Pool& pool, int iterations,
                cudaStream_t stream) {
-  const int64_t rows = (kElements - (int64_t{1} << 16) + hidden - 1) / hidden;
+  const int64_t rows = LargeRows(hidden);
   const std::size_t size = kernels::DTypeSize(dtype);
   Record r{"forward",
            kernels::NormOpName(op),
@@ -134,7 +141,7 @@ Record Forward(NormOp op, DType dtype, int64_t hidden, const Pool& pool, int ite
 // kind backward_dx: what the row pass alone costs.
 Record Backward(NormOp op, DType dtype, int64_t hidden, const Pool& pool, int iterations,
                 cudaStream_t stream, bool dx_only) {
-  const int64_t rows = (kElements - (int64_t{1} << 16) + hidden - 1) / hidden;
+  const int64_t rows = LargeRows(hidden);
   const std::size_t size = kernels::DTypeSize(dtype);
   Record r{dx_only ? "backward_dx" : "backward",
            kernels::NormOpName(op),
@@ -340,10 +347,11 @@ void WriteJson(const char* path, const std::vector<Record>& records, const cudaD
   }
   std::fprintf(f,
                "{\"device\": \"%s\", \"sm_count\": %d, \"l2_bytes\": %d, \"ring\": \"%s\", "
-               "\"param_staging\": \"%s\", \"records\": [\n",
+               "\"param_staging\": \"%s\", \"large_elements\": %lld, \"records\": [\n",
                prop.name, prop.multiProcessorCount, prop.l2CacheSize,
                RingPolicyName(kernels::detail::GetRingPolicy()),
-               ParamStagingName(kernels::detail::GetParamStaging()));
+               ParamStagingName(kernels::detail::GetParamStaging()),
+               static_cast<long long>(large_elements));
   for (std::size_t i = 0; i < records.size(); ++i) {
     const Record& r = records[i];
     std::fprintf(f,
@@ -400,6 +408,12 @@ int main(int argc, char** argv) {
         return 2;
       }
       normsvc::kernels::detail::SetRingPolicy(policy);
+    } else if (!std::strcmp(argv[i], "--elements") && i + 1 < argc) {
+      large_elements = std::atoll(argv[++i]);
+      if (large_elements < (int64_t{1} << 20)) {
+        std::fprintf(stderr, "norm_bench: --elements must be at least 1048576\n");
+        return 2;
+      }
     } else if (!std::strcmp(argv[i], "--param_staging") && i + 1 < argc) {
       normsvc::kernels::detail::ParamStaging policy;
       if (!ParseNamed(kParamStagings, argv[++i], &policy)) {
@@ -413,15 +427,18 @@ int main(int argc, char** argv) {
                    "                  [--backward-only] [--backward-dx-only] [--hidden H]\n"
                    "                  [--dtype bf16|fp32]\n"
                    "                  [--ring off|two-block-clusters|every-plan]\n"
-                   "                  [--param_staging off|one-wave]\n");
+                   "                  [--param_staging off|one-wave] [--elements N]\n");
       return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }
   }
   cudaDeviceProp prop;
   Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  std::printf("device: %s, %d SMs, L2 %d MB, ring %s, param_staging %s\n", prop.name,
-              prop.multiProcessorCount, prop.l2CacheSize >> 20, RingPolicyName(GetRingPolicy()),
-              ParamStagingName(normsvc::kernels::detail::GetParamStaging()));
+  std::printf(
+      "device: %s, %d SMs, L2 %d MB, ring %s, param_staging %s, large shapes of %lld "
+      "elements\n",
+      prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, RingPolicyName(GetRingPolicy()),
+      ParamStagingName(normsvc::kernels::detail::GetParamStaging()),
+      static_cast<long long>(large_elements));
   cudaStream_t stream;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   std::vector<Record> records;
