@@ -22,7 +22,8 @@ ForwardKernel ForwardKernelFor(const KernelPlan& plan) {
       if (plan.slots == 3) return ForwardRowsKernel<T, 3, kVectorWidth>;  // partial last chunk
       if (plan.slots == 4) return ForwardRowsKernel<T, 4, kVectorWidth>;
       return nullptr;
-    case Layout::kStrided:  // backward plans only
+    case Layout::kStrided:
+      if (plan.slots == 16) return ForwardRowsKernel<T, 16, 1>;
       return nullptr;
     case Layout::kStreamed:
       return ForwardStreamedKernel<T>;
@@ -31,7 +32,8 @@ ForwardKernel ForwardKernelFor(const KernelPlan& plan) {
 }
 
 // The specialized kernels (ForwardPath::kLean in kernel_registry.h), with
-// gamma/beta in dtype P. Only plans of 4 slots span clusters (PlanForward).
+// gamma/beta in dtype P. Only plans of 4 vector or 16 strided slots span
+// clusters (PlanForward).
 template <typename T, typename P, bool kSingle>
 ForwardKernel LeanForwardKernelFor(const KernelPlan& plan) {
   constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
@@ -45,6 +47,10 @@ ForwardKernel LeanForwardKernelFor(const KernelPlan& plan) {
       return cluster ? ForwardLeanKernel<T, P, 4, kVectorWidth, kSingle, true>
                      : ForwardLeanKernel<T, P, 4, kVectorWidth, kSingle, false>;
     }
+  }
+  if (plan.layout == Layout::kStrided && plan.slots == 16) {
+    return cluster ? ForwardLeanKernel<T, P, 16, 1, kSingle, true>
+                   : ForwardLeanKernel<T, P, 16, 1, kSingle, false>;
   }
   return nullptr;
 }

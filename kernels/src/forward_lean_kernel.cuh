@@ -2,9 +2,10 @@
 //
 // Covers segments whose output dtype is the x dtype T and whose gamma/beta
 // have dtype P (T or fp32), in the vector layout with 16-byte accesses (every
-// pointer and row pitch of the segment aligned, rows of whole chunks); one
-// segment (a whole tensor) or many (a server batch, through the segment
-// table). Rows off a 16-byte boundary take ForwardRealignKernel
+// pointer and row pitch of the segment aligned, rows of whole chunks) or in
+// the strided layout (element-wise by construction); one segment (a whole
+// tensor) or many (a server batch, through the segment table). Vector rows
+// off a 16-byte boundary take ForwardRealignKernel
 // (forward_realign_kernel.cuh), everything else ForwardRowsKernel
 // (forward_kernel.cuh).
 //
@@ -229,7 +230,9 @@ __device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& 
   }
 }
 
-// At most 64 registers a thread (kLeanMinBlocks blocks of 512 threads per SM).
+// At most 64 registers a thread (kLeanMinBlocks blocks of 512 threads per SM)
+// in the vector layout; the strided layout's 16 one-element slots, each with
+// its own address, keep the 128-register budget (at 64 they spill 2 KB).
 // NORMSVC_LEAN_MIN_BLOCKS overrides it for tuning builds (norm_bench_lean<N>).
 inline constexpr int kLeanMaxThreads = 512;
 #ifdef NORMSVC_LEAN_MIN_BLOCKS
@@ -252,7 +255,7 @@ inline constexpr int kLeanMinBlocks = 2;
 // arithmetic, same bits.
 template <typename T, typename P, int V, int W, bool kSingle, bool kCluster,
           bool kStageParams = false>
-__global__ void __launch_bounds__(kLeanMaxThreads, kLeanMinBlocks)
+__global__ void __launch_bounds__(kLeanMaxThreads, W == 1 ? 1 : kLeanMinBlocks)
     ForwardLeanKernel(const __grid_constant__ ForwardParams p) {
   BeginDependentGrid();
   __shared__ ReduceScratch scratch;

@@ -24,8 +24,9 @@ enum class ForwardPath : uint8_t {
   // alignment (element-wise accesses where 16-byte ones are not allowed).
   kGeneral = 0,
   // ForwardLeanKernel (and its ring and parameter-staging variants): output
-  // in the x dtype, the vector layout, every row 16-byte aligned and of
-  // whole chunks (`vectorized`; a plan with a partial last chunk never is).
+  // in the x dtype, and the vector layout with every row 16-byte aligned and
+  // of whole chunks (`vectorized`; a plan with a partial last chunk never
+  // is), or the strided layout.
   kLean = 1,
   // ForwardRealignKernel (forward_realign_kernel.cuh): output in the x
   // dtype, the vector layout within a block and at most kRealignMaxSlots
@@ -42,7 +43,10 @@ inline constexpr int kRealignMaxSlots = 3;
 
 inline ForwardPath ChooseForwardPath(const KernelPlan& plan, DType x_dtype, DType out_dtype,
                                      bool vectorized, bool realignable) {
-  if (out_dtype != x_dtype || plan.layout != Layout::kVector) return ForwardPath::kGeneral;
+  if (out_dtype != x_dtype) return ForwardPath::kGeneral;
+  // The strided layout's accesses are element-wise by construction.
+  if (plan.layout == Layout::kStrided) return ForwardPath::kLean;
+  if (plan.layout != Layout::kVector) return ForwardPath::kGeneral;
   if (vectorized) return ForwardPath::kLean;
   if (realignable && plan.cluster == 1 && plan.slots <= kRealignMaxSlots) {
     return ForwardPath::kRealign;

@@ -83,25 +83,39 @@ int VectorWidth(DType dtype) { return static_cast<int>(16 / DTypeSize(dtype)); }
 // row takes one warp or less up to 128 chunks, one block (at most
 // kMaxBlockThreads) up to 2048 chunks, then a cluster of up to 8 blocks.
 // Hidden sizes that are not a multiple of the vector width take the same
-// layout with a partial last chunk: the per-element work is the vector
-// layout's (a thread's chunk is 16 contiguous bytes in registers), and the
-// kernels realign rows that do not start on a 16-byte boundary
-// (forward_realign_kernel.cuh). The strided layout (one element per slot)
-// cost about 30 instructions an element on the H200 (BENCHMARKS.md, round 6).
+// layout with a partial last chunk up to 3 * kMaxBlockThreads chunks: the
+// per-element work is the vector layout's (a thread's chunk is 16
+// contiguous bytes in registers), and ForwardRealignKernel realigns rows
+// that do not start on a 16-byte boundary. The strided layout (one element
+// per slot, about 30 instructions an element on the H200: BENCHMARKS.md,
+// round 6) stays for longer such rows, which the realigning kernel's
+// registers do not hold and its specialized kernel serves at any alignment
+// (element by element, coalesced across a warp).
 KernelPlan PlanForward(int64_t hidden, DType x_dtype) {
   const int w = VectorWidth(x_dtype);
   const int64_t chunks = CeilDiv(hidden, w);
   if (chunks <= 32) return InBlock(Layout::kVector, 1, w, PowerOfTwoAtLeast(chunks));
   if (chunks <= 64) return InBlock(Layout::kVector, 2, w, 32);
-  if (hidden % w != 0 && chunks <= 3 * kMaxBlockThreads) {
-    // A partial last chunk: the realigning kernel holds two aligned chunks
-    // for each of a thread's chunks, so slots cost twice the registers;
-    // three at most (H = 2049 in bf16: 257 chunks, 128 threads of 3 slots;
-    // with 4 slots the kernel spills). Longer rows take the 4-slot plans
-    // below, served by the general kernel (kernel_registry.h).
-    const int row_threads = static_cast<int>(
-        std::clamp<int64_t>(PowerOfTwoAtLeast(CeilDiv(chunks, 3)), 32, kMaxBlockThreads));
-    return InBlock(Layout::kVector, static_cast<int>(CeilDiv(chunks, row_threads)), w, row_threads);
+  if (hidden % w != 0) {
+    if (chunks <= kRealignMaxChunks) {
+      // The realigning kernel holds two aligned chunks for each of a
+      // thread's chunks, so slots cost twice the registers: three at most
+      // (bf16 H = 2049: 257 chunks, 128 threads of 3 slots; with 4 slots
+      // the kernel spills).
+      const int row_threads = static_cast<int>(
+          std::clamp<int64_t>(PowerOfTwoAtLeast(CeilDiv(chunks, 3)), 32, kMaxBlockThreads));
+      return InBlock(Layout::kVector, static_cast<int>(CeilDiv(chunks, row_threads)), w,
+                     row_threads);
+    }
+    if (hidden <= 16 * kMaxBlockThreads) {
+      return InBlock(Layout::kStrided, 16, 1,
+                     std::clamp(PowerOfTwoAtMost(hidden / 8), 64, kMaxBlockThreads));
+    }
+    if (hidden <= 16 * kMaxBlockThreads * kMaxCluster) {
+      return InCluster(Layout::kStrided, 16, 1, kMaxBlockThreads,
+                       static_cast<int>(CeilDiv(hidden, 16 * kMaxBlockThreads)));
+    }
+    return Streamed();
   }
   if (chunks <= 4 * kMaxBlockThreads) {
     return InBlock(Layout::kVector, 4, w, std::max(32, PowerOfTwoAtLeast(CeilDiv(chunks, 4))));

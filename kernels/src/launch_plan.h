@@ -23,13 +23,15 @@ namespace normsvc::kernels::detail {
 enum class Layout : uint8_t {
   // Chunks of `width` contiguous elements (16 bytes of x); chunk c belongs to
   // row thread c % row_threads, register slot c / row_threads. A row has
-  // ceil(hidden / width) chunks: forward plans allow a partial last chunk
-  // (hidden % width != 0; its missing elements are zeros in registers, left
-  // out of every sum and never read or written), backward plans do not.
+  // ceil(hidden / width) chunks: forward plans of at most kRealignMaxChunks
+  // chunks allow a partial last chunk (hidden % width != 0; its missing
+  // elements are zeros in registers, left out of every sum and never read or
+  // written), backward plans do not.
   kVector = 0,
   // One element per chunk (width 1): element e belongs to row thread
-  // e % row_threads. Backward plans for hidden sizes that are not a multiple
-  // of the vector width.
+  // e % row_threads. For hidden sizes that are not a multiple of the vector
+  // width: every backward plan, and forward plans of more than
+  // kRealignMaxChunks chunks.
   kStrided = 1,
   // Rows too large for registers: one 1024-thread block per row re-reads the
   // row from global memory (forward: 3 passes; backward: up to 4).
@@ -43,6 +45,11 @@ inline constexpr int kMaxClusterBlocks = 8;
 // The most threads of a block of register-resident rows, and the block size
 // of every cluster plan (kernels' launch bounds rely on it).
 inline constexpr int kMaxBlockThreads = 512;
+
+// The longest forward rows with a partial last chunk that take the vector
+// layout (three chunks a thread at most, ForwardRealignKernel's register
+// budget); longer ones take the strided layout.
+inline constexpr int64_t kRealignMaxChunks = 3 * kMaxBlockThreads;
 
 struct KernelPlan {
   Layout layout = Layout::kVector;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <utility>
 
 namespace normsvc::kernels::detail {
 namespace {
@@ -98,20 +99,27 @@ TEST(ForwardSegments, RowsThatDoNotShareTheirOffsetsTakeTheGeneralKernel) {
   EXPECT_EQ(PathFor(odd), ForwardPath::kGeneral);
 }
 
-TEST(ForwardSegments, PlansTooWideForTheRealigningKernelTakeTheGeneralKernel) {
-  // Misaligned rows whose plan has four slots (bf16 H = 4096) or spans a
-  // cluster (bf16 H = 16385).
+TEST(ForwardSegments, PlansTooWideForTheRealigningKernelTakeAnother) {
+  // Misaligned rows of whole chunks whose plan has four slots (bf16
+  // H = 4096): the general kernel.
   const KernelPlan wide = PlanForward(4096, DType::kBF16);
   ASSERT_GT(wide.slots, kRealignMaxSlots);
   EXPECT_EQ(PathFor(Contiguous(DType::kBF16, 64, 4096, 1)), ForwardPath::kGeneral);
-  ASSERT_GT(PlanForward(16385, DType::kBF16).cluster, 1);
-  EXPECT_EQ(PathFor(Contiguous(DType::kBF16, 4, 16385)), ForwardPath::kGeneral);
+  // Rows with a partial chunk past kRealignMaxChunks chunks: the strided
+  // plan, whose specialized kernel reads element by element at any
+  // alignment (bf16 H = 12289 in a cluster, fp32 H = 8191 in a block).
+  for (const auto& [dtype, hidden] :
+       {std::pair{DType::kBF16, int64_t{12289}}, std::pair{DType::kF32, int64_t{8191}}}) {
+    ASSERT_EQ(PlanForward(hidden, dtype).layout, Layout::kStrided);
+    EXPECT_EQ(PathFor(Contiguous(dtype, 4, hidden)), ForwardPath::kLean);
+    EXPECT_EQ(PathFor(Contiguous(dtype, 4, hidden, 3)), ForwardPath::kLean);
+  }
 }
 
-TEST(ForwardSegments, EveryPlanWithAPartialChunkFitsTheRealigningKernelUpTo1536Chunks) {
+TEST(ForwardSegments, EveryPlanWithAPartialChunkFitsTheRealigningKernelUpToItsChunks) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     const int64_t width = VectorWidth(dtype);
-    for (int64_t hidden = 1; hidden <= 1536 * width; ++hidden) {
+    for (int64_t hidden = 1; hidden <= kRealignMaxChunks * width; ++hidden) {
       if (hidden % width == 0) continue;
       const KernelPlan plan = PlanForward(hidden, dtype);
       ASSERT_EQ(ChooseForwardPath(plan, dtype, dtype, false, true), ForwardPath::kRealign)

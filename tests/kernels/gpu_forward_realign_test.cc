@@ -32,8 +32,8 @@ bool Misaligned(const ForwardSpec& spec) {
 }
 
 // Whether the realigning kernel serves a misaligned case whose rows share
-// their offsets (plans of more than kRealignMaxSlots slots go to the general
-// kernel).
+// their offsets (vector plans of more than kRealignMaxSlots slots go to the
+// general kernel, strided plans to the specialized one).
 bool RealignServes(const ForwardSpec& spec) {
   const detail::KernelPlan plan = detail::PlanForward(spec.hidden, spec.x_dtype);
   return detail::ChooseForwardPath(plan, spec.x_dtype, spec.out_dtype, false, true) ==
@@ -65,10 +65,11 @@ void RunAndCheck(const ForwardSpec& spec, std::mt19937_64& rng, const char* labe
 // residual_out, fp32 parameters for 16-bit activations, one-thread rows
 // (H < 8) up to rows of a whole block, and H a multiple of the vector width
 // on misaligned rows (256: the realigning kernel; 1024: four slots, the
-// general kernel). Each case runs three ways: alone, with its out rows one
-// element further apart (its rows no longer share their offsets: the general
-// kernel), and beside a one-row companion in one multi-segment launch (the
-// segment table). All three must give the same bits.
+// general kernel); fp32 8191 is past the realigning kernel's reach (strided).
+// Each case runs three ways: alone, with its out rows one element further
+// apart (its rows no longer share their offsets: the general kernel, or the
+// strided one), and beside a one-row companion in one multi-segment launch
+// (the segment table). All three must give the same bits.
 TEST(ForwardRealign, MatchesReferenceTheGeneralKernelAndTheSegmentTable) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("realign forward");
@@ -107,7 +108,8 @@ TEST(ForwardRealign, MatchesReferenceTheGeneralKernelAndTheSegmentTable) {
       general_spec.out_pad = spec.out_pad + 1;
       ForwardCase general(general_spec, same_inputs);
       general.Upload();
-      EXPECT_EQ(RunAlone(general, false), alone.back()) << "general kernel: " << Describe(spec);
+      EXPECT_EQ(RunAlone(general, false), alone.back())
+          << "rows that do not share their offsets: " << Describe(spec);
     }
   }
 

@@ -105,8 +105,8 @@ TEST(ForwardSpecialRows, MatchReferenceIncludingNaNAndInf) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
       // 2049 and 8191: a partial last chunk (the realigning kernel); 12289
-      // and 65536: rows that span a cluster, 12289 with a partial last chunk
-      // (the general kernel).
+      // and 65536: rows that span a cluster, strided (a partial chunk past
+      // the realigning kernel's reach) and vector.
       for (int64_t hidden : {64, 768, 2049, 4096, 8191, 12289, 65536, 262144}) {
         ForwardSpec spec;
         spec.op = op;

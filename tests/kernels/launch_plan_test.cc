@@ -45,9 +45,18 @@ void ExpectValid(const KernelPlan& p, int64_t hidden, DType dtype, bool forward)
       ASSERT_TRUE(p.slots == 1 || p.slots == 2 || (p.slots == 4 && p.width == 4)) << where;
     }
   } else {
-    ASSERT_FALSE(forward) << where << ": forward plans are vector or streamed";
+    // Forward: only rows with a partial last chunk too long for the
+    // realigning kernel.
+    if (forward) {
+      ASSERT_NE(hidden % VectorWidth(dtype), 0) << where;
+      ASSERT_GT((hidden + VectorWidth(dtype) - 1) / VectorWidth(dtype), kRealignMaxChunks) << where;
+    }
     ASSERT_EQ(p.width, 1) << where;
-    ASSERT_TRUE(p.slots == 1 || p.slots == 8) << where;
+    if (forward) {
+      ASSERT_EQ(p.slots, 16) << where;
+    } else {
+      ASSERT_TRUE(p.slots == 1 || p.slots == 8) << where;
+    }
   }
   // A row never needs more slots than it has, and fills more than one block
   // only when it does not fit in one.
@@ -87,8 +96,11 @@ TEST(LaunchPlan, KnownShapes) {
   EXPECT_EQ(PlanForward(8191, DType::kBF16).row_threads, 512);
   // H=5: one partial chunk, one thread a row.
   EXPECT_EQ(PlanForward(5, DType::kBF16).row_threads, 1);
-  // Backward H=2049 stays strided.
+  // Backward H=2049 stays strided, and so do forward rows with a partial
+  // chunk past kRealignMaxChunks chunks (bf16 H = 12289: 1537 chunks).
   EXPECT_EQ(PlanBackward(2049, DType::kBF16).layout, Layout::kStrided);
+  EXPECT_EQ(PlanForward(12289, DType::kBF16).layout, Layout::kStrided);
+  EXPECT_EQ(PlanForward(12287, DType::kBF16).layout, Layout::kVector);
   // fp32 H=65536: a cluster of 8 blocks of 512.
   const KernelPlan big = PlanForward(65536, DType::kF32);
   EXPECT_EQ(big.cluster, 8);
