@@ -18,6 +18,7 @@
 #include "normsvc/client/client.h"
 #include "server/sanitizer_allocator.h"
 #include "server_under_test.h"
+#include "smaps_growth.h"
 #include "soak_report.h"
 #include "stream_load.h"
 #include "unary_load.h"
@@ -432,6 +433,12 @@ int Run(const Flags& flags) {
   if (!flags.json.empty() && !WriteJsonReport(flags.json, report, tally)) {
     std::fprintf(stderr, "normsvc_soak: could not write %s\n", flags.json.c_str());
     return 1;
+  }
+  if (flags.max_rss_growth >= 0 && !(RssGrowth(report) < flags.max_rss_growth) &&
+      !flags.smaps_prefix.empty()) {
+    std::printf(
+        "mappings whose resident size grew by 256 KiB or more after warm-up:\n%s",
+        SmapsGrowth(flags.smaps_prefix + ".warm", flags.smaps_prefix + ".end", 256, 12).c_str());
   }
   if (!report.passed()) {
     // Last, so that a shortened test log still shows why the server failed
