@@ -204,20 +204,11 @@ void RowGroupStatistics(NormOp op, const double* const* rows, int n, int64_t hid
   }
 }
 
-// A parameter array as stored (dtype D), read widened to double: the values
-// DecodeParam gives, without decoding the array first.
-template <DType D>
-struct StoredParam {
-  const void* data;
-  explicit operator bool() const { return data != nullptr; }
-  double operator[](int64_t i) const { return LoadElement<D>(data, i); }
-};
-
-// y = (v - mean) * rstd, times gamma, plus beta (each optional; Param is
-// const double* or a StoredParam). y may be v.
-template <typename Param>
-void Normalize(const double* v, RowStatistics stats, Param gamma, Param beta, int64_t hidden,
-               double* y) {
+// y = (v - mean) * rstd, times gamma, plus beta (each optional). y may be v.
+// (NormalizeInto does the same on parameters as stored, and writes the
+// output's dtype.)
+void Normalize(const double* v, RowStatistics stats, const double* gamma, const double* beta,
+               int64_t hidden, double* y) {
   for (int64_t i = 0; i < hidden; ++i) y[i] = (v[i] - stats.mean) * stats.rstd;
   if (gamma) {
     for (int64_t i = 0; i < hidden; ++i) y[i] *= gamma[i];
@@ -257,26 +248,57 @@ int64_t ForwardScratch(const ForwardSegment& s) {
 // becomes +0, which the sign of a zero output shows).
 void LoadForwardRow(const ForwardSegment& s, int64_t r, double* v, double* residual) {
   const int64_t h = s.hidden;
-  DecodeRow(ElementPtr(s.x, s.x_dtype, r, s.x_row_stride), s.x_dtype, h, v);
-  if (s.residual != nullptr) {
-    DecodeRow(ElementPtr(s.residual, s.x_dtype, r, s.residual_row_stride), s.x_dtype, h, residual);
-    void* sum_row = s.residual_out != nullptr
-                        ? ElementPtr(s.residual_out, s.x_dtype, r, s.residual_out_row_stride)
-                        : nullptr;
-    AddResidualRounded(v, residual, h, s.x_dtype, sum_row);
+  const void* x = ElementPtr(s.x, s.x_dtype, r, s.x_row_stride);
+  if (s.residual == nullptr) {  // decoded and + 0.0 in one pass
+    WithDType(s.x_dtype, [&](auto d) {
+      for (int64_t i = 0; i < h; ++i) v[i] = static_cast<double>(LoadElement<d()>(x, i)) + 0.0;
+    });
+    return;
   }
+  DecodeRow(x, s.x_dtype, h, v);
+  DecodeRow(ElementPtr(s.residual, s.x_dtype, r, s.residual_row_stride), s.x_dtype, h, residual);
+  void* sum_row = s.residual_out != nullptr
+                      ? ElementPtr(s.residual_out, s.x_dtype, r, s.residual_out_row_stride)
+                      : nullptr;
+  AddResidualRounded(v, residual, h, s.x_dtype, sum_row);
   for (int64_t i = 0; i < h; ++i) v[i] += 0.0;
 }
 
-// Normalizes row r of `s` (in v, overwritten) with its statistics and writes
-// out, mean and rstd.
-void StoreForwardRow(const ForwardSegment& s, int64_t r, RowStatistics stats, double* v) {
-  const int64_t h = s.hidden;
-  WithDType(s.param_dtype, [&](auto param_dtype) {
-    Normalize(v, stats, StoredParam<param_dtype()>{s.gamma}, StoredParam<param_dtype()>{s.beta}, h,
-              v);
+// out[i] = Normalize's y[i] (the same double operations in the same order,
+// gamma and beta read as stored and widened exactly), rounded as EncodeRow
+// rounds it: one pass over the row instead of four.
+template <DType P, DType O, bool kGamma, bool kBeta>
+void NormalizeInto(const double* v, RowStatistics stats, const void* gamma, const void* beta,
+                   int64_t hidden, void* out) {
+  for (int64_t i = 0; i < hidden; ++i) {
+    double y = (v[i] - stats.mean) * stats.rstd;
+    if constexpr (kGamma) y *= static_cast<double>(LoadElement<P>(gamma, i));
+    if constexpr (kBeta) y += static_cast<double>(LoadElement<P>(beta, i));
+    StoreElement<O>(out, i, static_cast<float>(y));
+  }
+}
+
+// Normalizes row r of `s` (in v) with its statistics and writes out, mean
+// and rstd.
+void StoreForwardRow(const ForwardSegment& s, int64_t r, RowStatistics stats, const double* v) {
+  void* out = ElementPtr(s.out, s.out_dtype, r, s.out_row_stride);
+  WithDType(s.param_dtype, [&](auto p) {
+    WithDType(s.out_dtype, [&](auto o) {
+      const auto run = [&](auto gamma, auto beta) {
+        NormalizeInto<p(), o(), decltype(gamma)::value, decltype(beta)::value>(
+            v, stats, s.gamma, s.beta, s.hidden, out);
+      };
+      if (s.gamma != nullptr && s.beta != nullptr) {
+        run(std::true_type{}, std::true_type{});
+      } else if (s.gamma != nullptr) {
+        run(std::true_type{}, std::false_type{});
+      } else if (s.beta != nullptr) {
+        run(std::false_type{}, std::true_type{});
+      } else {
+        run(std::false_type{}, std::false_type{});
+      }
+    });
   });
-  EncodeRow(v, h, s.out_dtype, ElementPtr(s.out, s.out_dtype, r, s.out_row_stride));
   if (s.mean != nullptr) s.mean[r] = static_cast<float>(stats.mean);
   if (s.rstd != nullptr) s.rstd[r] = static_cast<float>(stats.rstd);
 }
