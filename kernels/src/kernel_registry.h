@@ -36,11 +36,6 @@ enum class ForwardPath : uint8_t {
   kRealign = 2,
 };
 
-// The realigning kernel holds two aligned chunks a slot; with four slots it
-// spills registers (ptxas: 224-272 bytes of spill stores for 16-bit rows),
-// so 4-slot plans stay with the general kernel, as before it existed.
-inline constexpr int kRealignMaxSlots = 3;
-
 inline ForwardPath ChooseForwardPath(const KernelPlan& plan, DType x_dtype, DType out_dtype,
                                      bool vectorized, bool realignable) {
   if (out_dtype != x_dtype) return ForwardPath::kGeneral;
@@ -48,6 +43,8 @@ inline ForwardPath ChooseForwardPath(const KernelPlan& plan, DType x_dtype, DTyp
   if (plan.layout == Layout::kStrided) return ForwardPath::kLean;
   if (plan.layout != Layout::kVector) return ForwardPath::kGeneral;
   if (vectorized) return ForwardPath::kLean;
+  // kRealignMaxSlots (launch_plan.h): 4-slot plans stay with the general
+  // kernel, as before the realigning one existed.
   if (realignable && plan.cluster == 1 && plan.slots <= kRealignMaxSlots) {
     return ForwardPath::kRealign;
   }

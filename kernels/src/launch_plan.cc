@@ -102,8 +102,8 @@ KernelPlan PlanForward(int64_t hidden, DType x_dtype) {
       // thread's chunks, so slots cost twice the registers: three at most
       // (bf16 H = 2049: 257 chunks, 128 threads of 3 slots; with 4 slots
       // the kernel spills).
-      const int row_threads = static_cast<int>(
-          std::clamp<int64_t>(PowerOfTwoAtLeast(CeilDiv(chunks, 3)), 32, kMaxBlockThreads));
+      const int row_threads = static_cast<int>(std::clamp<int64_t>(
+          PowerOfTwoAtLeast(CeilDiv(chunks, kRealignMaxSlots)), 32, kMaxBlockThreads));
       return InBlock(Layout::kVector, static_cast<int>(CeilDiv(chunks, row_threads)), w,
                      row_threads);
     }

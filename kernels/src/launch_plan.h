@@ -46,10 +46,14 @@ inline constexpr int kMaxClusterBlocks = 8;
 // of every cluster plan (kernels' launch bounds rely on it).
 inline constexpr int kMaxBlockThreads = 512;
 
+// ForwardRealignKernel holds two aligned chunks a slot; with four slots it
+// spills registers (ptxas: 224-272 bytes of spill stores for 16-bit rows).
+inline constexpr int kRealignMaxSlots = 3;
+
 // The longest forward rows with a partial last chunk that take the vector
-// layout (three chunks a thread at most, ForwardRealignKernel's register
-// budget); longer ones take the strided layout.
-inline constexpr int64_t kRealignMaxChunks = 3 * kMaxBlockThreads;
+// layout (the realigning kernel's slots in a block of kMaxBlockThreads);
+// longer ones take the strided layout.
+inline constexpr int64_t kRealignMaxChunks = int64_t{kRealignMaxSlots} * kMaxBlockThreads;
 
 struct KernelPlan {
   Layout layout = Layout::kVector;
