@@ -10,7 +10,8 @@
 # BUILD_DIR: a Release build made here for sm_90 (cmake --preset gpu, then
 # cmake --build build-gpu). Writes DEST/bundle.tar.xz holding bin/<path in the
 # build tree> for the GPU tests, the benchmarks, the server and its tests,
-# and lib/ with the shared libraries they load that the GPU machine lacks
+# the load generator and the echo server (client/bench/service_vs_echo.sh
+# .gpu/bin OUT), and lib/ with the shared libraries they load that the GPU machine lacks
 # (gRPC, protobuf, Abseil, prometheus-cpp, ...; not the C library, libstdc++
 # or the CUDA driver). On the GPU machine, from the repository root:
 #
@@ -23,7 +24,7 @@ set -euo pipefail
 build=${1:?usage: pack_gpu_bundle.sh BUILD_DIR [DEST]}
 dest=${2:-.gpu}
 binaries=(kernels/bench/norm_bench kernels/bench/plan_occupancy tests/kernels/kernels_gpu_test
-          tests/server/server_test server/normsvc)
+          tests/server/server_test server/normsvc client/normload client/normsvc_echo)
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "forward_segments.h"
 #include "gpu_forward_case.h"
 #include "gpu_test_support.h"
 #include "kernel_registry.h"
@@ -190,9 +191,11 @@ TEST(ForwardRealign, InPlace) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("realign in place");
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    // 13: rows of a few threads; 300: one warp of two slots; 2049 and 4095:
-    // several warps.
-    for (int64_t hidden : {13, 300, 2049, 4095}) {
+    // 13: rows of a few threads; 150 (fp32) and 300 (bf16): one warp of two
+    // slots; 2049 and 4095: several warps. (fp32 300 is a 4-slot plan, which
+    // the general kernel serves.)
+    const int64_t one_warp = dtype == DType::kF32 ? 150 : 300;
+    for (int64_t hidden : {int64_t{13}, one_warp, int64_t{2049}, int64_t{4095}}) {
       for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
         const int64_t rows = 77;
         const int64_t offset = 3;
@@ -232,6 +235,9 @@ TEST(ForwardRealign, InPlace) {
         s.gamma = gamma_dev.get();
         s.out = tensor(out_dev);
         s.out_row_stride = hidden;
+        ASSERT_EQ(detail::SegmentPath(s, detail::PlanForward(hidden, dtype)),
+                  detail::ForwardPath::kRealign)
+            << DTypeName(dtype) << " H=" << hidden << " does not exercise the realigning kernel";
         const int64_t before = detail::RealignForwardLaunches();
         ASSERT_TRUE(LaunchForwardSegment(s, nullptr).ok());
         CUDA_ASSERT_OK(cudaDeviceSynchronize());
