@@ -79,21 +79,16 @@ int64_t KernelPlan::Capacity() const {
 
 int VectorWidth(DType dtype) { return static_cast<int>(16 / DTypeSize(dtype)); }
 
-int64_t PartialChunkVectorMaxChunks(DType x_dtype) {
-  return x_dtype == DType::kF32 ? 64 : kRealignMaxChunks;
-}
-
 // Forward: up to 4 chunks (64 bytes of x) per thread in the vector layout; a
 // row takes one warp or less up to 128 chunks, one block (at most
 // kMaxBlockThreads) up to 2048 chunks, then a cluster of up to 8 blocks.
 // Hidden sizes that are not a multiple of the vector width take the same
-// layout with a partial last chunk up to PartialChunkVectorMaxChunks (16-bit
-// rows up to 1,536 chunks, fp32 rows up to 64): a thread's chunk is 16
-// contiguous bytes in registers, and ForwardRealignKernel realigns rows
+// layout with a partial last chunk up to 3 * kMaxBlockThreads chunks: the
+// per-element work is the vector layout's (a thread's chunk is 16
+// contiguous bytes in registers), and ForwardRealignKernel realigns rows
 // that do not start on a 16-byte boundary. The strided layout (one element
 // per slot, about 30 instructions an element on the H200: BENCHMARKS.md,
-// round 6) stays for longer such rows (and for fp32 ones past 64 chunks,
-// which it served faster than the realigning kernel: round 16), which the realigning kernel's
+// round 6) stays for longer such rows, which the realigning kernel's
 // registers do not hold and its specialized kernel serves at any alignment
 // (element by element, coalesced across a warp).
 KernelPlan PlanForward(int64_t hidden, DType x_dtype) {
@@ -102,7 +97,7 @@ KernelPlan PlanForward(int64_t hidden, DType x_dtype) {
   if (chunks <= 32) return InBlock(Layout::kVector, 1, w, PowerOfTwoAtLeast(chunks));
   if (chunks <= 64) return InBlock(Layout::kVector, 2, w, 32);
   if (hidden % w != 0) {
-    if (chunks <= PartialChunkVectorMaxChunks(x_dtype)) {
+    if (chunks <= kRealignMaxChunks) {
       // The realigning kernel holds two aligned chunks for each of a
       // thread's chunks, so slots cost twice the registers: three at most
       // (bf16 H = 2049: 257 chunks, 128 threads of 3 slots; with 4 slots

@@ -23,16 +23,15 @@ namespace normsvc::kernels::detail {
 enum class Layout : uint8_t {
   // Chunks of `width` contiguous elements (16 bytes of x); chunk c belongs to
   // row thread c % row_threads, register slot c / row_threads. A row has
-  // ceil(hidden / width) chunks: forward plans of at most
-  // PartialChunkVectorMaxChunks(dtype) chunks allow a partial last chunk (hidden % width != 0; its
-  // missing
+  // ceil(hidden / width) chunks: forward plans of at most kRealignMaxChunks
+  // chunks allow a partial last chunk (hidden % width != 0; its missing
   // elements are zeros in registers, left out of every sum and never read or
   // written), backward plans do not.
   kVector = 0,
   // One element per chunk (width 1): element e belongs to row thread
   // e % row_threads. For hidden sizes that are not a multiple of the vector
   // width: every backward plan, and forward plans of more than
-  // PartialChunkVectorMaxChunks(dtype) chunks.
+  // kRealignMaxChunks chunks.
   kStrided = 1,
   // Rows too large for registers: one 1024-thread block per row re-reads the
   // row from global memory (forward: 3 passes; backward: up to 4).
@@ -55,14 +54,6 @@ inline constexpr int kRealignMaxSlots = 3;
 // layout (the realigning kernel's slots in a block of kMaxBlockThreads);
 // longer ones take the strided layout.
 inline constexpr int64_t kRealignMaxChunks = int64_t{kRealignMaxSlots} * kMaxBlockThreads;
-
-// The longest forward rows of `x_dtype` with a partial last chunk that take
-// the vector layout: kRealignMaxChunks for 16-bit activations; 64 chunks
-// (H < 256, the plans of one or two slots on one warp or less) for fp32, whose
-// longer such rows ran faster in the strided layout on the H200 (fp32 8189 x
-// 2049: LayerNorm 0.55 of copy strided against 0.48 realigned, RMSNorm 0.72
-// against 0.66; kernels/BENCHMARKS.md, round 16).
-int64_t PartialChunkVectorMaxChunks(DType x_dtype);
 
 struct KernelPlan {
   Layout layout = Layout::kVector;

@@ -51,9 +51,7 @@ TEST(ForwardSegments, AlignedRowsOfWholeChunksTakeTheSpecializedKernel) {
 TEST(ForwardSegments, RowsOffTheirBoundaryAreRealigned) {
   // H not a multiple of the vector width: every row but some is misaligned.
   EXPECT_EQ(PathFor(Contiguous(DType::kBF16, 8189, 2049)), ForwardPath::kRealign);
-  EXPECT_EQ(PathFor(Contiguous(DType::kF32, 8189, 255)), ForwardPath::kRealign);
-  // fp32 rows past 64 chunks: the strided plan and its specialized kernel.
-  EXPECT_EQ(PathFor(Contiguous(DType::kF32, 8189, 2049)), ForwardPath::kLean);
+  EXPECT_EQ(PathFor(Contiguous(DType::kF32, 8189, 2049)), ForwardPath::kRealign);
   EXPECT_EQ(PathFor(Contiguous(DType::kF16, 3, 5)), ForwardPath::kRealign);
   // Even one aligned row of such an H has a partial last chunk.
   EXPECT_EQ(PathFor(Contiguous(DType::kBF16, 1, 2049)), ForwardPath::kRealign);
@@ -107,7 +105,7 @@ TEST(ForwardSegments, PlansTooWideForTheRealigningKernelTakeAnother) {
   const KernelPlan wide = PlanForward(4096, DType::kBF16);
   ASSERT_GT(wide.slots, kRealignMaxSlots);
   EXPECT_EQ(PathFor(Contiguous(DType::kBF16, 64, 4096, 1)), ForwardPath::kGeneral);
-  // Rows with a partial chunk past PartialChunkVectorMaxChunks: the strided
+  // Rows with a partial chunk past kRealignMaxChunks chunks: the strided
   // plan, whose specialized kernel reads element by element at any
   // alignment (bf16 H = 12289 in a cluster, fp32 H = 8191 in a block).
   for (const auto& [dtype, hidden] :
@@ -121,7 +119,7 @@ TEST(ForwardSegments, PlansTooWideForTheRealigningKernelTakeAnother) {
 TEST(ForwardSegments, EveryPlanWithAPartialChunkFitsTheRealigningKernelUpToItsChunks) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     const int64_t width = VectorWidth(dtype);
-    for (int64_t hidden = 1; hidden <= PartialChunkVectorMaxChunks(dtype) * width; ++hidden) {
+    for (int64_t hidden = 1; hidden <= kRealignMaxChunks * width; ++hidden) {
       if (hidden % width == 0) continue;
       const KernelPlan plan = PlanForward(hidden, dtype);
       ASSERT_EQ(ChooseForwardPath(plan, dtype, dtype, false, true), ForwardPath::kRealign)

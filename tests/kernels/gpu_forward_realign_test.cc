@@ -66,8 +66,7 @@ void RunAndCheck(const ForwardSpec& spec, std::mt19937_64& rng, const char* labe
 // residual_out, fp32 parameters for 16-bit activations, one-thread rows
 // (H < 8) up to rows of a whole block, and H a multiple of the vector width
 // on misaligned rows (256: the realigning kernel; 1024: four slots, the
-// general kernel); fp32 rows of a partial chunk past 64 chunks (H >= 257)
-// and 16-bit ones past 1,536 chunks take the strided plan instead.
+// general kernel); fp32 8191 is past the realigning kernel's reach (strided).
 // Each case runs three ways: alone, with its out rows one element further
 // apart (its rows no longer share their offsets: the general kernel, or the
 // strided one), and beside a one-row companion in one multi-segment launch
@@ -154,8 +153,7 @@ TEST(ForwardRealign, ManyRows) {
     DType dtype;
   };
   for (const Shape& shape : {Shape{33, 60000, DType::kBF16}, Shape{2049, 9000, DType::kBF16},
-                             Shape{255, 60000, DType::kF32}, Shape{2049, 9000, DType::kF32},
-                             Shape{8191, 1500, DType::kF16}}) {
+                             Shape{2049, 9000, DType::kF32}, Shape{8191, 1500, DType::kF16}}) {
     for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
       ForwardSpec spec;
       spec.op = op;
@@ -193,14 +191,11 @@ TEST(ForwardRealign, InPlace) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("realign in place");
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    // 13: rows of a few threads; fp32 150 and 255, bf16 300: one warp of two
-    // slots; bf16 2049 and 4095: several warps. (fp32 300 is a 4-slot plan,
-    // which the general kernel serves, and fp32 rows of a partial chunk
-    // past 64 chunks are strided.)
-    const std::vector<int64_t> hiddens = dtype == DType::kF32
-                                             ? std::vector<int64_t>{13, 150, 255}
-                                             : std::vector<int64_t>{13, 300, 2049, 4095};
-    for (int64_t hidden : hiddens) {
+    // 13: rows of a few threads; 150 (fp32) and 300 (bf16): one warp of two
+    // slots; 2049 and 4095: several warps. (fp32 300 is a 4-slot plan, which
+    // the general kernel serves.)
+    const int64_t one_warp = dtype == DType::kF32 ? 150 : 300;
+    for (int64_t hidden : {int64_t{13}, one_warp, int64_t{2049}, int64_t{4095}}) {
       for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
         const int64_t rows = 77;
         const int64_t offset = 3;

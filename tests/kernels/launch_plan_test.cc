@@ -49,9 +49,7 @@ void ExpectValid(const KernelPlan& p, int64_t hidden, DType dtype, bool forward)
     // realigning kernel.
     if (forward) {
       ASSERT_NE(hidden % VectorWidth(dtype), 0) << where;
-      ASSERT_GT((hidden + VectorWidth(dtype) - 1) / VectorWidth(dtype),
-                PartialChunkVectorMaxChunks(dtype))
-          << where;
+      ASSERT_GT((hidden + VectorWidth(dtype) - 1) / VectorWidth(dtype), kRealignMaxChunks) << where;
     }
     ASSERT_EQ(p.width, 1) << where;
     if (forward) {
@@ -99,15 +97,10 @@ TEST(LaunchPlan, KnownShapes) {
   // H=5: one partial chunk, one thread a row.
   EXPECT_EQ(PlanForward(5, DType::kBF16).row_threads, 1);
   // Backward H=2049 stays strided, and so do forward rows with a partial
-  // chunk past PartialChunkVectorMaxChunks (bf16 H = 12289: 1537 chunks).
+  // chunk past kRealignMaxChunks chunks (bf16 H = 12289: 1537 chunks).
   EXPECT_EQ(PlanBackward(2049, DType::kBF16).layout, Layout::kStrided);
   EXPECT_EQ(PlanForward(12289, DType::kBF16).layout, Layout::kStrided);
   EXPECT_EQ(PlanForward(12287, DType::kBF16).layout, Layout::kVector);
-  // fp32 rows with a partial chunk past 64 chunks stay strided (round 16).
-  EXPECT_EQ(PlanForward(255, DType::kF32).layout, Layout::kVector);
-  EXPECT_EQ(PlanForward(257, DType::kF32).layout, Layout::kStrided);
-  EXPECT_EQ(PlanForward(2049, DType::kF32).layout, Layout::kStrided);
-  EXPECT_EQ(PlanForward(2048, DType::kF32).layout, Layout::kVector);
   // fp32 H=65536: a cluster of 8 blocks of 512.
   const KernelPlan big = PlanForward(65536, DType::kF32);
   EXPECT_EQ(big.cluster, 8);
