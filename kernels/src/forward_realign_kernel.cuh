@@ -4,7 +4,8 @@
 // chunk of every row is partial) and tensors whose base or row pitch is not
 // a multiple of 16 bytes.
 //
-// Contract (the launcher's Realignable, forward_launch.cu): one kernel
+// Contract (SegmentRealignable and ChooseForwardPath, forward_segments.cc and
+// kernel_registry.h): one kernel
 // serves a segment whose out, residual and residual_out rows each start
 // where its x row starts relative to a 16-byte boundary (`lead` elements
 // past it, the same for every tensor of a row), whose gamma/beta are 16-byte

@@ -104,7 +104,8 @@ TEST(ForwardSpecialRows, MatchReferenceIncludingNaNAndInf) {
                            RowKind::kRandom};
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
-      // 2049 and 8191: a partial last chunk (the realigning kernel); 12289
+      // 2049 and 8191: a partial last chunk (the realigning kernel, but for
+      // fp32 8191, whose 2,048 chunks are past its reach: strided); 12289
       // and 65536: rows that span a cluster, strided (a partial chunk past
       // the realigning kernel's reach) and vector.
       for (int64_t hidden : {64, 768, 2049, 4096, 8191, 12289, 65536, 262144}) {

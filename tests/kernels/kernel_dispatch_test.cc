@@ -45,7 +45,7 @@ TEST(KernelDispatch, EveryForwardPlanHasItsKernels) {
           const bool whole_chunks =
               plan.layout == detail::Layout::kVector && hidden % plan.width == 0;
           for (bool vectorized : {true, false}) {
-            // 16-byte accesses need rows of whole chunks (forward_launch.cu).
+            // 16-byte accesses need rows of whole chunks (forward_segments.cc).
             if (vectorized && !whole_chunks) continue;
             for (bool realignable : {true, false}) {
               const detail::ForwardPath path =

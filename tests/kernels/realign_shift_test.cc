@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -39,8 +40,11 @@ void ExpectEveryShiftMatchesAByteCopy(std::mt19937_64& rng) {
 }
 
 TEST(RealignShift, EveryEvenByteShiftOfSixteenAndThirtyTwoBytes) {
-  std::random_device seed;
-  std::mt19937_64 rng(seed());
+  // Fresh words each run; the seed is printed so that a failure can be
+  // replayed.
+  const uint64_t seed = std::random_device{}();
+  std::printf("[ seed     ] realign shift: %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
   ExpectEveryShiftMatchesAByteCopy<4>(rng);
   ExpectEveryShiftMatchesAByteCopy<8>(rng);
 }
