@@ -117,6 +117,14 @@ __device__ __forceinline__ void StorePackVector(T* p, const Pack<T, W>& pack) {
   }
 }
 
+// Elements of chunk `chunk` (W elements each) inside a row of `hidden`: W for
+// every chunk but a partial last one, 0 past the row.
+template <int W>
+__device__ __forceinline__ int ChunkElements(int chunk, int hidden) {
+  const int left = hidden - chunk * W;
+  return left >= W ? W : (left > 0 ? left : 0);
+}
+
 template <typename T, int W>
 __device__ __forceinline__ Pack<T, W> LoadChunk(const T* p, bool vectorized) {
   Pack<T, W> pack;

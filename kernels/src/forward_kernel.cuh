@@ -60,6 +60,17 @@ __device__ __forceinline__ RowPointers<T> ResolveRow(const DeviceSegment& s, int
   return r;
 }
 
+// round_T(x + residual), element by element: the fused residual add of
+// every forward kernel (the sum is what residual_out receives and what is
+// normalized).
+template <typename T, int W>
+__device__ __forceinline__ Pack<T, W> AddResidual(const Pack<T, W>& x, const Pack<T, W>& residual) {
+  Pack<T, W> sum;
+#pragma unroll
+  for (int j = 0; j < W; ++j) sum.e[j] = FromFloat<T>(ToFloat(x.e[j]) + ToFloat(residual.e[j]));
+  return sum;
+}
+
 // Loads the chunk at element `index` of x, adds the residual, rounds to T and
 // writes residual_out; returns the rounded sum.
 template <typename T, int W>
@@ -67,9 +78,7 @@ __device__ __forceinline__ Pack<T, W> LoadInput(const RowPointers<T>& r, int64_t
                                                 bool vectorized, bool write_residual_out) {
   Pack<T, W> v = LoadChunk<T, W>(r.x + index, vectorized);
   if (r.residual != nullptr) {
-    const Pack<T, W> res = LoadChunk<T, W>(r.residual + index, vectorized);
-#pragma unroll
-    for (int j = 0; j < W; ++j) v.e[j] = FromFloat<T>(ToFloat(v.e[j]) + ToFloat(res.e[j]));
+    v = AddResidual(v, LoadChunk<T, W>(r.residual + index, vectorized));
     if (write_residual_out && r.residual_out != nullptr) {
       StoreChunk<T, W>(r.residual_out + index, v, vectorized);
     }
@@ -198,14 +207,6 @@ __device__ __forceinline__ RowStats ClusterLayerNormStatistics(float thread_sum,
   stats.mean_lo = row.sum / h;
   stats.rstd = RstdFromVariance(LayerNormVariance(row.squares, stats.mean_lo, h), epsilon);
   return stats;
-}
-
-// Elements of chunk `chunk` (W elements each) inside a row of `hidden`: W for
-// every chunk but a partial last one, 0 past the row.
-template <int W>
-__device__ __forceinline__ int ChunkElements(int chunk, int hidden) {
-  const int left = hidden - chunk * W;
-  return left >= W ? W : (left > 0 ? left : 0);
 }
 
 // The statistics of a row held in registers as V chunks of W elements,
@@ -343,11 +344,7 @@ __device__ __forceinline__ void NormalizeRow(const RowRef& ref, Pack<T, W> (&v)[
       if (ref.active && chunk < chunks) {
         const int64_t index = static_cast<int64_t>(chunk) * W;
         const int elements = ChunkElements<W>(chunk, s.hidden);
-        const Pack<T, W> res = LoadPartialChunk<T, W>(r.residual + index, vectorized, elements);
-#pragma unroll
-        for (int j = 0; j < W; ++j) {
-          v[k].e[j] = FromFloat<T>(ToFloat(v[k].e[j]) + ToFloat(res.e[j]));
-        }
+        v[k] = AddResidual(v[k], LoadPartialChunk<T, W>(r.residual + index, vectorized, elements));
         if (r.residual_out != nullptr) {
           StorePartialChunk<T, W>(r.residual_out + index, v[k], vectorized, elements);
         }

@@ -209,11 +209,7 @@ __device__ __forceinline__ void LeanRows(const ForwardParams& p, ReduceScratch& 
         const int chunk = k * team.row_threads + team.rank;
         if (chunk < chunks) {
           const int64_t index = static_cast<int64_t>(chunk) * W;
-          const Pack<T, W> res = LoadFastChunk<T, W>(residual + index);
-#pragma unroll
-          for (int j = 0; j < W; ++j) {
-            v[k].e[j] = FromFloat<T>(ToFloat(v[k].e[j]) + ToFloat(res.e[j]));
-          }
+          v[k] = AddResidual(v[k], LoadFastChunk<T, W>(residual + index));
           if (residual_out != nullptr) StoreFastChunk<T, W>(residual_out + index, v[k]);
         }
       }

@@ -131,15 +131,6 @@ __device__ __forceinline__ Pack<P, W> LoadParamChunk(const P* params, int c, int
   return LoadParamsEnd<P, W>(params + first, first, hidden);
 }
 
-// round_T(x + residual), element by element.
-template <typename T, int W>
-__device__ __forceinline__ Pack<T, W> AddResidual(const Pack<T, W>& x, const Pack<T, W>& residual) {
-  Pack<T, W> sum;
-#pragma unroll
-  for (int j = 0; j < W; ++j) sum.e[j] = FromFloat<T>(ToFloat(x.e[j]) + ToFloat(residual.e[j]));
-  return sum;
-}
-
 // The output of W values whose gamma/beta are `g`/`b` (ApplyAffine and
 // NormalizedValue: the bits of every other forward kernel).
 template <typename T, typename P, int W, bool kLayerNorm, bool kGamma, bool kBeta>

@@ -95,8 +95,7 @@ __device__ __forceinline__ void RefreshParamCache(ParamCache& c, const DeviceSeg
     const int chunk = k * row_threads + rank;
     if (chunk >= chunks) continue;
     const int64_t index = static_cast<int64_t>(chunk) * W;
-    const int left = s.hidden - chunk * W;
-    const int elements = left < W ? left : W;
+    const int elements = ChunkElements<W>(chunk, s.hidden);
 #pragma unroll
     for (int which = 0; which < 2; ++which) {
       const void* src = which == 0 ? s.gamma : s.beta;
