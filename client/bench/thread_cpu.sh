@@ -17,31 +17,9 @@ out=${2:?usage: thread_cpu.sh BIN_DIR OUT_DIR [REPS] [DURATION_S]}
 reps=${3:-2}
 duration=${4:-4}
 mkdir -p "$out"
-find_bin() { find "$bin" -type f -name "$1" -perm -u+x | head -n 1; }
-normsvc=$(find_bin normsvc); echo_server=$(find_bin normsvc_echo); normload=$(find_bin normload)
-for b in "$normsvc" "$echo_server" "$normload"; do [[ -x "$b" ]] || { echo "missing binary under $bin" >&2; exit 1; }; done
 port=50251
-server_pid=""
-stop_server() {
-  if [[ -n "$server_pid" ]]; then kill -TERM "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
-  server_pid=""
-}
-trap stop_server EXIT
-wait_ready() {
-  for _ in $(seq 1 100); do
-    "$normload" --target "127.0.0.1:$port" --concurrency 1 --warmup_s 0 --duration_s 0.05 --quiet \
-      --mix "op=layernorm,dtype=fp32,rows=1,hidden=8" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "server on port $port did not come up" >&2; return 1
-}
-start() {  # start NAME ARGS...: one server at a time, listening on $port
-  stop_server
-  local name=$1; shift
-  "$@" >"$out/$name.server.log" 2>&1 &
-  server_pid=$!
-  wait_ready
-}
+# shellcheck source=SCRIPTDIR/loopback_servers.sh
+source "$(dirname "${BASH_SOURCE[0]}")/loopback_servers.sh"
 # Clock ticks (utime + stime) of each thread group of the server, by name.
 thread_ticks() {
   local task name fields

@@ -8,6 +8,7 @@
 // wrote.
 #include <algorithm>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -130,13 +131,25 @@ TEST(ForwardRealign, MatchesReferenceTheGeneralKernelAndTheSegmentTable) {
     segments.push_back(c->Segment());
     segments.push_back(companions.back()->Segment());
   }
+  // One launch per launch key (forward_segments.h), so the realigning
+  // kernel runs once for each key whose segments it serves.
+  std::set<uint64_t> realign_keys;
+  for (const ForwardSegment& segment : segments) {
+    const detail::KernelPlan plan = detail::PlanForward(segment.hidden, segment.x_dtype);
+    const detail::ForwardPath path = detail::SegmentPath(segment, plan);
+    if (path == detail::ForwardPath::kRealign) {
+      realign_keys.insert(detail::SegmentLaunchKey(segment, plan, path));
+    }
+  }
+  ASSERT_FALSE(realign_keys.empty());
   DeviceBuffer workspace(ForwardWorkspaceBytes(static_cast<int>(segments.size())));
   const int64_t realign_before = detail::RealignForwardLaunches();
   const Status st = LaunchForward(segments.data(), static_cast<int>(segments.size()),
                                   workspace.get(), workspace.bytes(), nullptr, nullptr);
   ASSERT_TRUE(st.ok()) << st.message();
   CUDA_ASSERT_OK(cudaDeviceSynchronize());
-  EXPECT_GT(detail::RealignForwardLaunches(), realign_before);
+  EXPECT_EQ(detail::RealignForwardLaunches() - realign_before,
+            static_cast<int64_t>(realign_keys.size()));
   for (auto& c : companions) c->Check("companion in the mixed launch");
   for (std::size_t i = 0; i < cases.size(); ++i) {
     EXPECT_EQ(cases[i]->DenseOutputBytes(), alone[i]) << Describe(cases[i]->spec());

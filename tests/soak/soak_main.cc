@@ -436,9 +436,13 @@ int Run(const Flags& flags) {
   }
   if (flags.max_rss_growth >= 0 && !(RssGrowth(report) < flags.max_rss_growth) &&
       !flags.smaps_prefix.empty()) {
-    std::printf(
-        "mappings whose resident size grew by 256 KiB or more after warm-up:\n%s",
-        SmapsGrowth(flags.smaps_prefix + ".warm", flags.smaps_prefix + ".end", 256, 12).c_str());
+    constexpr int kShownGrowthKib = 256;
+    constexpr int kShownMappings = 12;
+    std::printf("mappings whose resident size grew by %d KiB or more after warm-up:\n%s",
+                kShownGrowthKib,
+                SmapsGrowth(flags.smaps_prefix + ".warm", flags.smaps_prefix + ".end",
+                            kShownGrowthKib, kShownMappings)
+                    .c_str());
   }
   if (!report.passed()) {
     // Last, so that a shortened test log still shows why the server failed
