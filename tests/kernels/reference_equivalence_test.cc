@@ -8,8 +8,8 @@
 // NaN's sign and payload (which the source does not determine).
 //
 // The seed is printed; NORMSVC_TEST_SEED=<n> reruns one case set.
+#include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -70,6 +70,11 @@ ForwardCase MakeForwardCase(std::mt19937_64& rng, NormOp op, DType x_dtype, DTyp
   return c;
 }
 
+// Whether some byte of `bytes` differs from `poison`.
+bool AnyByteDiffers(const std::vector<uint8_t>& bytes, uint8_t poison) {
+  return std::any_of(bytes.begin(), bytes.end(), [poison](uint8_t b) { return b != poison; });
+}
+
 // Points the segment at `c`'s inputs and at freshly poisoned outputs in `o`.
 ForwardSegment Bind(ForwardCase& c, Outputs& o) {
   ForwardSegment s = c.segment;
@@ -128,10 +133,15 @@ void CheckForward(std::vector<ForwardCase>& cases, const ReferenceOptions& optio
                              std::to_string(count) +
                              ", max_threads=" + std::to_string(options.max_threads) + ")";
     // The old outputs were written: the comparison below is not of poison.
-    ASSERT_NE(std::memcmp(old_outputs[i].out.data(), Bytes(4, kPoison).data(),
-                          DTypeSize(old_segments[i].out_dtype)),
-              0)
-        << what;
+    // Every byte still the poison happens by chance only for outputs of a
+    // few elements (0xA5A5 is a normal fp16 number, about -0.022); then the
+    // segment runs again over another poison, which it must overwrite.
+    if (!AnyByteDiffers(old_outputs[i].out, kPoison)) {
+      constexpr uint8_t kOtherPoison = 0x5A;
+      std::fill(old_outputs[i].out.begin(), old_outputs[i].out.end(), kOtherPoison);
+      ASSERT_TRUE(legacy::ReferenceForward(&old_segments[i], 1, options).ok());
+      ASSERT_TRUE(AnyByteDiffers(old_outputs[i].out, kOtherPoison)) << what;
+    }
     ExpectSameBits(old_outputs[i].out, new_outputs[i].out, ElementOf(old_segments[i].out_dtype),
                    what + " out");
     ExpectSameBits(old_outputs[i].residual_out, new_outputs[i].residual_out,
