@@ -2,6 +2,7 @@
 // random rows with specials, the seed, and the bit-for-bit comparison.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -21,6 +22,17 @@
 namespace normsvc::kernels::equivalence {
 
 inline constexpr uint8_t kPoison = 0xA5;
+
+// Whether some byte of `bytes` differs from `poison`: whether an output
+// filled with it was written. (Every byte still the poison happens by chance
+// only for outputs of a few elements: 0xA5A5 is a normal fp16 number, about
+// -0.022.)
+inline bool AnyByteDiffers(const std::vector<uint8_t>& bytes, uint8_t poison) {
+  return std::any_of(bytes.begin(), bytes.end(), [poison](uint8_t b) { return b != poison; });
+}
+
+// A second poison, for an output that the first one left in doubt.
+inline constexpr uint8_t kOtherPoison = 0x5A;
 inline constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 inline constexpr NormOp kOps[] = {NormOp::kLayerNorm, NormOp::kRmsNorm};
 inline constexpr int64_t kHiddens[] = {1, 5, 64, 2049, 4096, 8191};
