@@ -48,8 +48,8 @@ grpc::ServerBidiReactor<Request, Response>* CallGuard::RefuseStream(
 // ---- normsvc.v1.Normalizer
 
 grpc::ServerUnaryReactor* AuthenticatedNormalizer::Normalize(grpc::CallbackServerContext* context,
-                                                             const v1::NormalizeRequest* request,
-                                                             v1::NormalizeResponse* response) {
+                                                             const grpc::ByteBuffer* request,
+                                                             grpc::ByteBuffer* response) {
   if (auto* refused = guard_.RefuseUnary(context, Method::kNormalize)) {
     return refused;
   }

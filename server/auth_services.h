@@ -21,6 +21,7 @@
 #include "normsvc/v1/normalizer.grpc.pb.h"
 #include "server/auth.h"
 #include "server/metrics.h"
+#include "server/service.h"
 
 namespace normsvc::server {
 
@@ -51,14 +52,15 @@ class CallGuard {
   ServiceMetrics& metrics_;
 };
 
-class AuthenticatedNormalizer final : public v1::Normalizer::CallbackService {
+class AuthenticatedNormalizer final : public NormalizerCallbackBase {
  public:
   AuthenticatedNormalizer(NormalizerService& inner, CallGuard& guard)
       : inner_(inner), guard_(guard) {}
 
+  using NormalizerCallbackBase::Normalize;
   grpc::ServerUnaryReactor* Normalize(grpc::CallbackServerContext* context,
-                                      const v1::NormalizeRequest* request,
-                                      v1::NormalizeResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerBidiReactor<v1::NormalizeRequest, v1::NormalizeStreamResponse>* NormalizeStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* NormalizeBackward(grpc::CallbackServerContext* context,

@@ -8,51 +8,77 @@
 #include "server/status_mapping.h"
 #include "server/task_builder.h"
 #include "server/tensor_codec.h"
+#include "server/wire_response.h"
 
 namespace normsvc::server {
 namespace {
 
+// Normalize: the request parsed by the call from the bytes gRPC received,
+// the response encoded by hand into the bytes it sends (wire_response.h),
+// so results go from the executor into the sent memory with one copy (or
+// none: the CPU executor writes there).
 struct ForwardTraits {
+  using Request = v1::NormalizeRequest;
+  struct Response {
+    grpc::ByteBuffer* sent;  // gRPC's, written once: when the task is built
+    WireResponse wire;
+  };
   static constexpr Method kMethod = Method::kNormalize;
-  static auto Validate(const v1::NormalizeRequest& request, const ServiceContext& service) {
+  static void SetRequestId(Response& response, uint64_t id) { response.wire.set_request_id(id); }
+  static auto Validate(const Request& request, const ServiceContext& service) {
     return ValidateNormalize(request, service.limits, *service.store);
   }
-  static std::unique_ptr<Task> Build(const ForwardPlan& plan, const v1::NormalizeRequest& request,
-                                     v1::NormalizeResponse* response, absl::Time deadline,
-                                     TaskSink* sink) {
-    return BuildForwardTask(plan, request, response, deadline, sink);
+  static std::unique_ptr<Task> Build(const ForwardPlan& plan, const Request& request,
+                                     Response& response, absl::Time deadline, TaskSink* sink) {
+    std::unique_ptr<Task> task = BuildForwardTask(plan, request, response.wire, deadline, sink);
+    // The buffer shares the tensors' memory, which the executor fills later.
+    *response.sent = response.wire.TakeBuffer();
+    return task;
   }
 };
 
 struct BackwardTraits {
+  using Request = v1::NormalizeBackwardRequest;
+  using Response = v1::NormalizeBackwardResponse*;
   static constexpr Method kMethod = Method::kNormalizeBackward;
-  static auto Validate(const v1::NormalizeBackwardRequest& request, const ServiceContext& service) {
+  static void SetRequestId(Response& response, uint64_t id) { response->set_request_id(id); }
+  static auto Validate(const Request& request, const ServiceContext& service) {
     return ValidateNormalizeBackward(request, service.limits, *service.store);
   }
-  static std::unique_ptr<Task> Build(const BackwardPlan& plan,
-                                     const v1::NormalizeBackwardRequest& request,
-                                     v1::NormalizeBackwardResponse* response, absl::Time deadline,
-                                     TaskSink* sink) {
+  static std::unique_ptr<Task> Build(const BackwardPlan& plan, const Request& request,
+                                     Response& response, absl::Time deadline, TaskSink* sink) {
     return BuildBackwardTask(plan, request, response, deadline, sink);
   }
 };
 
 // One unary tensor call. Lifetime: created by the handler, deleted in
 // OnDone, which gRPC runs only after Finish; Finish is called exactly once
-// (Reply), and nothing touches `this` after it.
-template <typename Request, typename Response, typename Traits>
+// (Reply), and nothing touches `this` after it. The request is gRPC's
+// (NormalizeBackward) or the call's own, parsed from the received bytes
+// (Normalize); either lives until OnDone.
+template <typename Traits>
 class TensorCall final : public grpc::ServerUnaryReactor, public TaskSink {
  public:
-  TensorCall(ServiceContext& service, grpc::CallbackServerContext* context, const Request* request,
-             Response* response)
-      : service_(service), context_(context), request_(request), response_(response) {}
+  using Request = typename Traits::Request;
+  using Response = typename Traits::Response;
 
-  void Start() {
+  TensorCall(ServiceContext& service, grpc::CallbackServerContext* context, const Request* request,
+             Response response)
+      : service_(service), context_(context), request_(request), response_(std::move(response)) {}
+  TensorCall(ServiceContext& service, grpc::CallbackServerContext* context,
+             std::unique_ptr<Request> owned_request, Response response)
+      : TensorCall(service, context, owned_request.get(), std::move(response)) {
+    owned_request_ = std::move(owned_request);
+  }
+
+  // `received`: whether the request could be read (not OK: the reply).
+  void Start(const absl::Status& received = absl::OkStatus()) {
     op_ = FromProtoOp(request_->op());
     dtype_ = FromProtoDType(request_->input().dtype());
     if (!service_.gate->TryEnter()) return Reply(ShuttingDown());
     entered_ = true;
-    response_->set_request_id(request_->request_id());
+    if (!received.ok()) return Reply(received);
+    Traits::SetRequestId(response_, request_->request_id());
     auto plan = Traits::Validate(*request_, service_);
     if (!plan.ok()) return Reply(plan.status());
     rows_ = plan->input.rows;
@@ -98,8 +124,9 @@ class TensorCall final : public grpc::ServerUnaryReactor, public TaskSink {
 
   ServiceContext& service_;
   grpc::CallbackServerContext* const context_;
+  std::unique_ptr<Request> owned_request_;
   const Request* const request_;
-  Response* const response_;
+  Response response_;
   const absl::Time start_ = absl::Now();
   std::optional<kernels::NormOp> op_;
   std::optional<kernels::DType> dtype_;
@@ -116,11 +143,13 @@ class TensorCall final : public grpc::ServerUnaryReactor, public TaskSink {
 
 grpc::ServerUnaryReactor* StartNormalize(ServiceContext& service,
                                          grpc::CallbackServerContext* context,
-                                         const v1::NormalizeRequest* request,
-                                         v1::NormalizeResponse* response) {
-  auto* call = new TensorCall<v1::NormalizeRequest, v1::NormalizeResponse, ForwardTraits>(
-      service, context, request, response);
-  call->Start();
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) {
+  auto parsed = std::make_unique<v1::NormalizeRequest>();
+  const absl::Status received = ParseNormalizeRequest(*request, parsed.get());
+  auto* call = new TensorCall<ForwardTraits>(service, context, std::move(parsed),
+                                             ForwardTraits::Response{response, {}});
+  call->Start(received);
   return call;
 }
 
@@ -128,9 +157,7 @@ grpc::ServerUnaryReactor* StartNormalizeBackward(ServiceContext& service,
                                                  grpc::CallbackServerContext* context,
                                                  const v1::NormalizeBackwardRequest* request,
                                                  v1::NormalizeBackwardResponse* response) {
-  auto* call =
-      new TensorCall<v1::NormalizeBackwardRequest, v1::NormalizeBackwardResponse, BackwardTraits>(
-          service, context, request, response);
+  auto* call = new TensorCall<BackwardTraits>(service, context, request, response);
   call->Start();
   return call;
 }

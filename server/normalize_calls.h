@@ -4,6 +4,7 @@
 // the task (or at once for a refused or empty request).
 #pragma once
 
+#include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/server_callback.h>
 
 #include "normsvc/v1/normalizer.pb.h"
@@ -15,10 +16,13 @@ class CallbackServerContext;
 
 namespace normsvc::server {
 
+// Normalize's request and response are the message bytes (a raw gRPC
+// method): the call parses the request and encodes the response itself
+// (wire_response.h).
 grpc::ServerUnaryReactor* StartNormalize(ServiceContext& service,
                                          grpc::CallbackServerContext* context,
-                                         const v1::NormalizeRequest* request,
-                                         v1::NormalizeResponse* response);
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response);
 grpc::ServerUnaryReactor* StartNormalizeBackward(ServiceContext& service,
                                                  grpc::CallbackServerContext* context,
                                                  const v1::NormalizeBackwardRequest* request,

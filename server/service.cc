@@ -7,8 +7,8 @@
 namespace normsvc::server {
 
 grpc::ServerUnaryReactor* NormalizerService::Normalize(grpc::CallbackServerContext* context,
-                                                       const v1::NormalizeRequest* request,
-                                                       v1::NormalizeResponse* response) {
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) {
   return StartNormalize(context_, context, request, response);
 }
 

@@ -8,13 +8,20 @@
 
 namespace normsvc::server {
 
-class NormalizerService final : public v1::Normalizer::CallbackService {
+// The Normalizer service with Normalize as a raw method: its handler gets
+// the request's bytes and writes the response's (normalize_calls.h); the
+// other methods take and return messages.
+using NormalizerCallbackBase =
+    v1::Normalizer::WithRawCallbackMethod_Normalize<v1::Normalizer::CallbackService>;
+
+class NormalizerService final : public NormalizerCallbackBase {
  public:
   explicit NormalizerService(ServiceContext& context) : context_(context) {}
 
+  using NormalizerCallbackBase::Normalize;
   grpc::ServerUnaryReactor* Normalize(grpc::CallbackServerContext* context,
-                                      const v1::NormalizeRequest* request,
-                                      v1::NormalizeResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerBidiReactor<v1::NormalizeRequest, v1::NormalizeStreamResponse>* NormalizeStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* NormalizeBackward(grpc::CallbackServerContext* context,

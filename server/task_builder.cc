@@ -22,10 +22,36 @@ std::unique_ptr<Task> NewTask(TaskKind kind, const TensorView& input,
   return task;
 }
 
+// The result tensors as fields of a NormalizeResponse message.
+class ProtoResultMemory final : public ForwardResultMemory {
+ public:
+  explicit ProtoResultMemory(v1::NormalizeResponse* response) : response_(response) {}
+  void* AllocateTensor(int field, kernels::DType dtype,
+                       const google::protobuf::RepeatedField<int64_t>& shape, int rank,
+                       std::size_t bytes) override {
+    return server::AllocateTensor(TensorField(field), dtype, shape, rank, bytes);
+  }
+
+ private:
+  v1::Tensor* TensorField(int field) {
+    switch (field) {
+      case v1::NormalizeResponse::kResidualSumFieldNumber:
+        return response_->mutable_residual_sum();
+      case v1::NormalizeResponse::kMeanFieldNumber:
+        return response_->mutable_mean();
+      case v1::NormalizeResponse::kRstdFieldNumber:
+        return response_->mutable_rstd();
+      default:
+        return response_->mutable_output();
+    }
+  }
+  v1::NormalizeResponse* const response_;
+};
+
 }  // namespace
 
 std::unique_ptr<Task> BuildForwardTask(const ForwardPlan& plan, const v1::NormalizeRequest& request,
-                                       v1::NormalizeResponse* response, absl::Time deadline,
+                                       ForwardResultMemory& results, absl::Time deadline,
                                        TaskSink* sink) {
   const TensorView& in = plan.input;
   const auto& shape = request.input().shape();
@@ -48,29 +74,38 @@ std::unique_ptr<Task> BuildForwardTask(const ForwardPlan& plan, const v1::Normal
   s.beta = plan.parameters.beta;
 
   const int64_t elements = in.rows * in.hidden;
-  s.out = AllocateTensor(response->mutable_output(), plan.out_dtype, shape, rank,
-                         elements * Size(plan.out_dtype));
+  s.out = results.AllocateTensor(v1::NormalizeResponse::kOutputFieldNumber, plan.out_dtype, shape,
+                                 rank, elements * Size(plan.out_dtype));
   s.out_row_stride = in.hidden;
   task->output_bytes = elements * Size(plan.out_dtype);
   if (plan.return_residual_sum) {
-    s.residual_out =
-        AllocateTensor(response->mutable_residual_sum(), in.dtype, shape, rank, in.bytes);
+    s.residual_out = results.AllocateTensor(v1::NormalizeResponse::kResidualSumFieldNumber,
+                                            in.dtype, shape, rank, in.bytes);
     s.residual_out_row_stride = in.hidden;
     task->output_bytes += in.bytes;
   }
   if (plan.return_statistics) {
     if (plan.op == kernels::NormOp::kLayerNorm) {
-      s.mean = static_cast<float*>(AllocateTensor(response->mutable_mean(), kernels::DType::kF32,
-                                                  shape, rank - 1, in.rows * 4));
+      s.mean = static_cast<float*>(results.AllocateTensor(v1::NormalizeResponse::kMeanFieldNumber,
+                                                          kernels::DType::kF32, shape, rank - 1,
+                                                          in.rows * 4));
       task->output_bytes += in.rows * 4;
     }
-    s.rstd = static_cast<float*>(AllocateTensor(response->mutable_rstd(), kernels::DType::kF32,
-                                                shape, rank - 1, in.rows * 4));
+    s.rstd = static_cast<float*>(results.AllocateTensor(v1::NormalizeResponse::kRstdFieldNumber,
+                                                        kernels::DType::kF32, shape, rank - 1,
+                                                        in.rows * 4));
     task->output_bytes += in.rows * 4;
   }
   task->input_bytes = in.bytes * (plan.residual != nullptr ? 2 : 1) + plan.parameters.inline_bytes;
   task->staging_bytes = TaskStagingBytes(*task);
   return task;
+}
+
+std::unique_ptr<Task> BuildForwardTask(const ForwardPlan& plan, const v1::NormalizeRequest& request,
+                                       v1::NormalizeResponse* response, absl::Time deadline,
+                                       TaskSink* sink) {
+  ProtoResultMemory results(response);
+  return BuildForwardTask(plan, request, results, deadline, sink);
 }
 
 std::unique_ptr<Task> BuildBackwardTask(const BackwardPlan& plan,

@@ -2,6 +2,7 @@
 // place, so executors write results straight into the reply.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 
 #include "absl/time/time.h"
@@ -11,6 +12,25 @@
 
 namespace normsvc::server {
 
+// Where a forward task's result tensors live: a NormalizeResponse message,
+// or the encoded reply itself (WireResponse, wire_response.h).
+class ForwardResultMemory {
+ public:
+  virtual ~ForwardResultMemory() = default;
+  // Describes NormalizeResponse's Tensor field `field` (its field number) as
+  // `dtype` with the first `rank` dimensions of `shape`, and returns where
+  // the `bytes` bytes of its data are to be written.
+  virtual void* AllocateTensor(int field, kernels::DType dtype,
+                               const google::protobuf::RepeatedField<int64_t>& shape, int rank,
+                               std::size_t bytes) = 0;
+};
+
+// Allocates the result tensors in field-number order: output, then
+// residual_sum, mean and rstd when asked for.
+std::unique_ptr<Task> BuildForwardTask(const ForwardPlan& plan, const v1::NormalizeRequest& request,
+                                       ForwardResultMemory& results, absl::Time deadline,
+                                       TaskSink* sink);
+// The same, into `response`.
 std::unique_ptr<Task> BuildForwardTask(const ForwardPlan& plan, const v1::NormalizeRequest& request,
                                        v1::NormalizeResponse* response, absl::Time deadline,
                                        TaskSink* sink);

@@ -3,7 +3,10 @@
 // the field, while correct traffic runs alongside and stays correct.
 #include <atomic>
 #include <functional>
+#include <future>
 #include <thread>
+
+#include <grpcpp/generic/generic_stub.h>
 
 #include <gtest/gtest.h>
 
@@ -247,6 +250,39 @@ TEST_F(ValidationTest, BadNormalizeRequestsGetTheirCodeAndAMessageNamingTheField
   v1::NormalizeResponse response;
   auto context = ContextWithDeadline(10);
   EXPECT_TRUE(stub_->Normalize(context.get(), ValidForward(), &response).ok());
+}
+
+// Normalize reads its request from the received bytes itself (a raw
+// method): bytes that are no NormalizeRequest get INVALID_ARGUMENT, and
+// no bytes at all are the request of all defaults, whose op is refused.
+TEST_F(ValidationTest, NormalizeBytesThatAreNoRequestGetInvalidArgument) {
+  const std::string valid = ValidForward().SerializeAsString();
+  const struct {
+    const char* name;
+    std::string bytes;
+    const char* message;
+  } table[] = {
+      {"truncated inside the input data", valid.substr(0, valid.size() - 10),
+       "not a valid normsvc.v1.NormalizeRequest"},
+      {"an invalid wire type", std::string("\x0f\x01", 2),
+       "not a valid normsvc.v1.NormalizeRequest"},
+      {"empty", std::string(), "op: must be LAYER_NORM or RMS_NORM"},
+  };
+  grpc::GenericStub stub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port()),
+                                             grpc::InsecureChannelCredentials()));
+  for (const auto& bad : table) {
+    SCOPED_TRACE(bad.name);
+    grpc::Slice slice(bad.bytes.data(), bad.bytes.size());
+    grpc::ByteBuffer request(&slice, 1), response;
+    auto context = ContextWithDeadline(10);
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(context.get(), "/normsvc.v1.Normalizer/Normalize", grpc::StubOptions(), &request,
+                   &response, [&done](grpc::Status status) { done.set_value(std::move(status)); });
+    const grpc::Status status = done.get_future().get();
+    EXPECT_EQ(status.error_code(), kInvalid) << status.error_message();
+    EXPECT_NE(status.error_message().find(bad.message), std::string::npos)
+        << status.error_message();
+  }
 }
 
 TEST_F(ValidationTest, BadBackwardRequestsGetTheirCodeAndAMessageNamingTheField) {

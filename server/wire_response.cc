@@ -1,0 +1,106 @@
+#include "server/wire_response.h"
+
+#include <grpc/slice.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include "server/tensor_codec.h"
+
+namespace normsvc::server {
+namespace {
+
+// Protobuf wire types (the low three bits of a field's tag).
+constexpr uint32_t kVarint = 0;
+constexpr uint32_t kLengthDelimited = 2;
+
+void AppendVarint(uint64_t value, std::string& out) {
+  while (value >= 0x80) {
+    out.push_back(static_cast<char>((value & 0x7f) | 0x80));
+    value >>= 7;
+  }
+  out.push_back(static_cast<char>(value));
+}
+
+std::size_t VarintSize(uint64_t value) {
+  std::size_t size = 1;
+  while (value >= 0x80) {
+    value >>= 7;
+    ++size;
+  }
+  return size;
+}
+
+void AppendTag(int field, uint32_t wire_type, std::string& out) {
+  AppendVarint((static_cast<uint64_t>(field) << 3) | wire_type, out);
+}
+
+}  // namespace
+
+void WireResponse::WriteRequestIdOnce() {
+  if (request_id_written_) return;
+  request_id_written_ = true;
+  if (request_id_ == 0) return;  // the proto3 default is not written
+  AppendTag(v1::NormalizeResponse::kRequestIdFieldNumber, kVarint, pending_);
+  AppendVarint(request_id_, pending_);
+}
+
+void* WireResponse::AllocateTensor(int field, kernels::DType dtype,
+                                   const google::protobuf::RepeatedField<int64_t>& shape, int rank,
+                                   std::size_t bytes) {
+  WriteRequestIdOnce();
+  // Tensor { DType dtype = 1; repeated int64 shape = 2 (packed); bytes data = 3; }
+  std::string head;
+  const v1::DType proto_dtype = ToProtoDType(dtype);
+  if (proto_dtype != 0) {
+    AppendTag(v1::Tensor::kDtypeFieldNumber, kVarint, head);
+    AppendVarint(static_cast<uint64_t>(proto_dtype), head);
+  }
+  if (rank > 0) {
+    std::size_t packed = 0;
+    for (int i = 0; i < rank; ++i) packed += VarintSize(static_cast<uint64_t>(shape.Get(i)));
+    AppendTag(v1::Tensor::kShapeFieldNumber, kLengthDelimited, head);
+    AppendVarint(packed, head);
+    for (int i = 0; i < rank; ++i) AppendVarint(static_cast<uint64_t>(shape.Get(i)), head);
+  }
+  if (bytes > 0) {
+    AppendTag(v1::Tensor::kDataFieldNumber, kLengthDelimited, head);
+    AppendVarint(bytes, head);
+  }
+  AppendTag(field, kLengthDelimited, pending_);
+  AppendVarint(head.size() + bytes, pending_);
+  pending_ += head;
+  if (bytes == 0) return nullptr;
+  slices_.emplace_back(pending_.data(), pending_.size());
+  pending_.clear();
+  // Always reference-counted heap memory: a small slice would hold its bytes
+  // inline, in the slice object, which is copied into the ByteBuffer. The
+  // slice owns no other memory, so writing its bytes is ours to do.
+  slices_.emplace_back(grpc_slice_malloc_large(bytes), grpc::Slice::STEAL_REF);
+  return const_cast<uint8_t*>(slices_.back().begin());
+}
+
+grpc::ByteBuffer WireResponse::TakeBuffer() {
+  WriteRequestIdOnce();
+  if (!pending_.empty()) {
+    slices_.emplace_back(pending_.data(), pending_.size());
+    pending_.clear();
+  }
+  grpc::ByteBuffer buffer(slices_.data(), slices_.size());
+  slices_.clear();
+  return buffer;
+}
+
+absl::Status ParseNormalizeRequest(const grpc::ByteBuffer& bytes, v1::NormalizeRequest* request) {
+  if (!bytes.Valid()) {  // no payload: the message of all defaults
+    request->Clear();
+    return absl::OkStatus();
+  }
+  grpc::ByteBuffer shared(bytes);  // shares the slices: no copy of the payload
+  grpc::ProtoBufferReader reader(&shared);
+  if (!reader.status().ok() || !request->ParseFromZeroCopyStream(&reader)) {
+    return absl::InvalidArgumentError(
+        "request: the message is not a valid normsvc.v1.NormalizeRequest");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace normsvc::server

@@ -1,0 +1,133 @@
+// WireResponse (the hand-encoded Normalize reply) against protobuf's own
+// serializer, and ParseNormalizeRequest on good and bad bytes.
+#include "server/wire_response.h"
+
+#include <cstring>
+#include <random>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "server/tensor_codec.h"
+#include "test_support.h"
+
+namespace normsvc::server::testing {
+namespace {
+
+std::string Flatten(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(buffer.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  return bytes;
+}
+
+std::string RandomBytes(std::mt19937_64& rng, std::size_t n) {
+  std::string bytes(n, '\0');
+  for (char& c : bytes) c = static_cast<char>(rng());
+  return bytes;
+}
+
+// Sizes that cover an empty tensor, bytes a slice could hold inline (up to
+// 23), one- to three-byte length varints and a large payload.
+std::size_t RandomSize(std::mt19937_64& rng) {
+  static constexpr std::size_t kSizes[] = {0, 1, 4, 23, 24, 127, 128, 16383, 16384, 262144 + 12};
+  return kSizes[rng() % std::size(kSizes)];
+}
+
+TEST(WireResponseTest, EncodesExactlyWhatProtobufSerializes) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  constexpr kernels::DType kDTypes[] = {kernels::DType::kF32, kernels::DType::kF16,
+                                        kernels::DType::kBF16};
+  for (int trial = 0; trial < 200; ++trial) {
+    SCOPED_TRACE(trial);
+    WireResponse wire;
+    v1::NormalizeResponse expected;
+    // Request ids 0 (not written), small and the largest.
+    const uint64_t id = trial % 3 == 0 ? 0 : (trial % 3 == 1 ? rng() % 300 : ~uint64_t{0} - trial);
+    wire.set_request_id(id);
+    expected.set_request_id(id);
+    google::protobuf::RepeatedField<int64_t> shape;
+    const int full_rank = 1 + static_cast<int>(rng() % 4);
+    for (int d = 0; d < full_rank; ++d) {
+      // Dimensions of one- to six-byte varints, zero included.
+      static constexpr int64_t kDims[] = {0, 1, 3, 127, 128, 4096, int64_t{1} << 40};
+      shape.Add(kDims[rng() % std::size(kDims)]);
+    }
+    std::vector<std::pair<void*, std::string>> writes;
+    for (const int field :
+         {v1::NormalizeResponse::kOutputFieldNumber, v1::NormalizeResponse::kResidualSumFieldNumber,
+          v1::NormalizeResponse::kMeanFieldNumber, v1::NormalizeResponse::kRstdFieldNumber}) {
+      if (field != v1::NormalizeResponse::kOutputFieldNumber && rng() % 2 == 0) continue;
+      const kernels::DType dtype = kDTypes[rng() % 3];
+      const int rank = field >= v1::NormalizeResponse::kMeanFieldNumber ? full_rank - 1 : full_rank;
+      const std::size_t bytes = RandomSize(rng);
+      void* where = wire.AllocateTensor(field, dtype, shape, rank, bytes);
+      ASSERT_EQ(where == nullptr, bytes == 0);
+      std::string data = RandomBytes(rng, bytes);
+      if (bytes > 0) writes.emplace_back(where, data);
+      v1::Tensor* tensor =
+          field == v1::NormalizeResponse::kOutputFieldNumber ? expected.mutable_output()
+          : field == v1::NormalizeResponse::kResidualSumFieldNumber
+              ? expected.mutable_residual_sum()
+          : field == v1::NormalizeResponse::kMeanFieldNumber ? expected.mutable_mean()
+                                                             : expected.mutable_rstd();
+      tensor->set_dtype(ToProtoDType(dtype));
+      for (int d = 0; d < rank; ++d) tensor->add_shape(shape.Get(d));
+      tensor->set_data(std::move(data));
+    }
+    const grpc::ByteBuffer buffer = wire.TakeBuffer();
+    // Written after the buffer was taken, as the executor does: the buffer
+    // shares the memory.
+    for (const auto& [where, data] : writes) std::memcpy(where, data.data(), data.size());
+    const std::string encoded = Flatten(buffer);
+    std::string reference;
+    ASSERT_TRUE(expected.SerializeToString(&reference));
+    ASSERT_EQ(encoded.size(), reference.size());
+    EXPECT_TRUE(encoded == reference);
+    v1::NormalizeResponse parsed;
+    ASSERT_TRUE(parsed.ParseFromString(encoded));
+    EXPECT_EQ(parsed.request_id(), id);
+    EXPECT_EQ(parsed.output().data(), expected.output().data());
+  }
+}
+
+TEST(WireResponseTest, ParsesRequestsAndRefusesBytesThatAreNone) {
+  std::mt19937_64 rng(TestSeed());
+  v1::NormalizeRequest request;
+  request.set_request_id(rng());
+  request.set_op(v1::RMS_NORM);
+  request.mutable_input()->set_dtype(v1::BF16);
+  request.mutable_input()->add_shape(3);
+  request.mutable_input()->add_shape(1000);
+  request.mutable_input()->set_data(RandomBytes(rng, 6000));
+  const std::string bytes = request.SerializeAsString();
+  auto buffer_of = [](const std::string& b) {
+    // Two slices, split inside the data, as gRPC's frames may be.
+    grpc::Slice slices[] = {grpc::Slice(b.data(), b.size() / 2),
+                            grpc::Slice(b.data() + b.size() / 2, b.size() - b.size() / 2)};
+    return grpc::ByteBuffer(slices, 2);
+  };
+  v1::NormalizeRequest parsed;
+  ASSERT_TRUE(ParseNormalizeRequest(buffer_of(bytes), &parsed).ok());
+  EXPECT_EQ(parsed.SerializeAsString(), bytes);
+
+  for (const std::string& bad : {bytes.substr(0, bytes.size() - 100), std::string("\x0f\x01", 2),
+                                 std::string("\x12\x7f\x08", 3)}) {
+    const absl::Status status = ParseNormalizeRequest(buffer_of(bad), &parsed);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find("not a valid normsvc.v1.NormalizeRequest"), std::string::npos)
+        << status.message();
+  }
+  // No bytes at all: the request of all defaults (which validation refuses).
+  parsed.set_request_id(5);
+  EXPECT_TRUE(ParseNormalizeRequest(grpc::ByteBuffer(), &parsed).ok());
+  EXPECT_EQ(parsed.request_id(), 0u);
+}
+
+}  // namespace
+}  // namespace normsvc::server::testing
