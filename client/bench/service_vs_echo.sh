@@ -21,11 +21,18 @@ load() {  # load RUN_NAME MIX CONCURRENCY [extra normload flags]
 }
 one_row="op=layernorm,dtype=fp32,rows=1,hidden=4096,params=inline"
 sixteen_rows="op=layernorm,dtype=fp32,rows=16,hidden=4096,params=inline"
+# The same with gamma and beta registered once and named in each request:
+# the request is the tensor alone (16 KiB for one row), as the echo
+# baseline of 16 KiB messages was measured.
+one_row_registered="op=layernorm,dtype=fp32,rows=1,hidden=4096,params=registered"
+sixteen_rows_registered="op=layernorm,dtype=fp32,rows=16,hidden=4096,params=registered"
 
 port=$((port + 1)); start echo "$echo_server" --address=127.0.0.1:$port
 load echo_1x4096_c64 "$one_row" 64
 load echo_16x4096_c64 "$sixteen_rows" 64
 load echo_1x4096_c1 "$one_row" 1
+load echo_1x4096r_c64 "$one_row_registered" 64
+load echo_16x4096r_c64 "$sixteen_rows_registered" 64
 
 # The bar runs do not verify responses: the echo runs pay no such client
 # work, and checking every response against the CPU reference costs the load
@@ -35,6 +42,8 @@ port=$((port + 1)); start normsvc "$normsvc" --grpc_address=127.0.0.1:$port --me
 load normsvc_1x4096_c64 "$one_row" 64
 load normsvc_16x4096_c64 "$sixteen_rows" 64
 load normsvc_1x4096_c1 "$one_row" 1
+load normsvc_1x4096r_c64 "$one_row_registered" 64
+load normsvc_16x4096r_c64 "$sixteen_rows_registered" 64
 load normsvc_1x4096_c64_verified "$one_row" 64 --verify
 load normsvc_16x4096_c64_verified "$sixteen_rows" 64 --verify
 

@@ -22,8 +22,8 @@ def main():
     directory = pathlib.Path(sys.argv[1])
     tick_us = 1e6 / float(sys.argv[2])
     runs = sorted(p.stem for p in directory.glob("*.c*.json"))
-    print("| run | req/s | p50 ms | p99 ms | server CPU us/request | by thread group (us/request) |")
-    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    print("| run | req/s | GB/s | p50 ms | p99 ms | server CPU us/request | by thread group (us/request) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     for run in runs:
         report = json.loads((directory / f"{run}.json").read_text())
         measured = report["measured"]
@@ -34,7 +34,8 @@ def main():
                      for name in after if answered}
         shown = ", ".join(f"{name} {us:.0f}" for name, us in
                           sorted(per_group.items(), key=lambda item: -item[1]) if us >= 0.5)
-        print(f"| {run} | {measured['req_per_s']:,.0f} | {measured['latency_ms']['p50']:.3f} | "
+        print(f"| {run} | {measured['req_per_s']:,.0f} | {measured['gb_per_s']:.2f} | "
+              f"{measured['latency_ms']['p50']:.3f} | "
               f"{measured['latency_ms']['p99']:.3f} | {sum(per_group.values()):.0f} | {shown} |")
 
 

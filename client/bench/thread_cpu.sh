@@ -1,21 +1,33 @@
 #!/usr/bin/env bash
 # Where the service's CPU goes, against the echo of the same bytes: the CPU
 # time each thread group of the server (grouped by thread name, from
-# /proc/PID/task/*/stat) spends per request, under the same load as
-# service_vs_echo.sh (1x4096 fp32 with inline gamma/beta, 64 and 1 in
-# flight, 8 channels), for the echo, normsvc with its defaults and normsvc
-# with --idle_spin_us=500, interleaved REPS times. Loopback only; each server
-# is started and stopped here.
+# /proc/PID/task/*/stat) spends per request, under service_vs_echo.sh's
+# loads (fp32 LayerNorm, 8 channels), for the echo, normsvc with its
+# defaults and normsvc with other flags (VARIANTS), interleaved REPS times.
+# With BEFORE_NORMSVC (another build of normsvc) that build runs too, as
+# "before", between the echo and normsvc: an A/B of two builds on one
+# machine instance. Loopback only; each server is started and stopped here.
 #
-# usage: thread_cpu.sh BIN_DIR OUT_DIR [REPS] [DURATION_S]
+# usage: thread_cpu.sh BIN_DIR OUT_DIR [REPS] [DURATION_S] [BEFORE_NORMSVC]
 #   BIN_DIR holds normsvc, normsvc_echo and normload (any layout below it).
-# Writes OUT_DIR/<server><rep>.c<conc>.{json,t0,t1} (normload's JSON, thread
+# Loads (the run name's suffix): c64 and c1 (1x4096, gamma and beta inline,
+# 64 and 1 in flight), c64r (1x4096 with registered gamma and beta: 16 KiB
+# each way), c64x16 and c64x16r (16x4096, inline and registered); the
+# variants run c64, c64r and c1.
+# VARIANTS (environment): servers to run beside the defaults, as
+# "NAME=FLAGS" entries separated by ';' (FLAGS split at spaces); default
+# "spin=--idle_spin_us=500".
+# Writes OUT_DIR/<server><rep>.<load>.{json,t0,t1} (normload's JSON, thread
 # ticks before and after) and OUT_DIR/summary.md.
 set -euo pipefail
-bin=${1:?usage: thread_cpu.sh BIN_DIR OUT_DIR [REPS] [DURATION_S]}
-out=${2:?usage: thread_cpu.sh BIN_DIR OUT_DIR [REPS] [DURATION_S]}
+usage="usage: thread_cpu.sh BIN_DIR OUT_DIR [REPS] [DURATION_S] [BEFORE_NORMSVC]"
+bin=${1:?$usage}
+out=${2:?$usage}
 reps=${3:-2}
 duration=${4:-4}
+before=${5:-}
+variants=${VARIANTS-spin=--idle_spin_us=500}
+[[ -z $before || -x $before ]] || { echo "thread_cpu: $before is not an executable" >&2; exit 1; }
 mkdir -p "$out"
 port=50251
 # shellcheck source=SCRIPTDIR/loopback_servers.sh
@@ -30,21 +42,35 @@ thread_ticks() {
     awk -v n="$name" '{print n, $12 + $13}' <<<"$fields"
   done | awk '{t[$1] += $2} END {for (n in t) print n, t[n]}' | sort
 }
-load() {  # load RUN_NAME CONCURRENCY
+load() {  # load RUN_NAME CONCURRENCY ROWS PARAMS
   thread_ticks >"$out/$1.t0"
-  "$normload" --target "127.0.0.1:$port" --mix "op=layernorm,dtype=fp32,rows=1,hidden=4096,params=inline" \
+  "$normload" --target "127.0.0.1:$port" --mix "op=layernorm,dtype=fp32,rows=$3,hidden=4096,params=$4" \
     --concurrency "$2" --channels 8 --warmup_s 1 --duration_s "$duration" --quiet \
     --json "$out/$1.json" >"$out/$1.txt" 2>&1 || echo "run $1 failed: see $1.txt" >&2
   thread_ticks >"$out/$1.t1"
 }
+every_load() {  # every_load SERVER_RUN_PREFIX
+  load "$1.c64" 64 1 inline; load "$1.c1" 1 1 inline; load "$1.c64r" 64 1 registered
+  load "$1.c64x16" 64 16 inline; load "$1.c64x16r" 64 16 registered
+}
 for rep in $(seq 1 "$reps"); do
   port=$((port + 1)); start "echo$rep" "$echo_server" --address=127.0.0.1:$port
-  load "echo$rep.c64" 64; load "echo$rep.c1" 1
+  every_load "echo$rep"
+  if [[ -n $before ]]; then
+    port=$((port + 1)); start "before$rep" "$before" --grpc_address=127.0.0.1:$port --metrics_address=127.0.0.1:$((port + 1000))
+    every_load "before$rep"
+  fi
   port=$((port + 1)); start "normsvc$rep" "$normsvc" --grpc_address=127.0.0.1:$port --metrics_address=127.0.0.1:$((port + 1000))
-  load "normsvc$rep.c64" 64; load "normsvc$rep.c1" 1
-  port=$((port + 1)); start "spin$rep" "$normsvc" --grpc_address=127.0.0.1:$port --metrics_address=127.0.0.1:$((port + 1000)) \
-    --idle_spin_us=500
-  load "spin$rep.c64" 64; load "spin$rep.c1" 1
+  every_load "normsvc$rep"
+  IFS=';' read -r -a variant_list <<<"$variants"
+  for variant in "${variant_list[@]}"; do
+    [[ -n $variant ]] || continue
+    name=${variant%%=*}
+    read -r -a flags <<<"${variant#*=}"
+    port=$((port + 1)); start "$name$rep" "$normsvc" --grpc_address=127.0.0.1:$port --metrics_address=127.0.0.1:$((port + 1000)) \
+      "${flags[@]}"
+    load "$name$rep.c64" 64 1 inline; load "$name$rep.c64r" 64 1 registered; load "$name$rep.c1" 1 1 inline
+  done
 done
 stop_server
 python3 "$(dirname "${BASH_SOURCE[0]}")/summarize_thread_cpu.py" "$out" "$(getconf CLK_TCK)" | tee "$out/summary.md"
