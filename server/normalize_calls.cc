@@ -73,8 +73,10 @@ class TensorCall final : public grpc::ServerUnaryReactor, public TaskSink {
 
   // `received`: whether the request could be read (not OK: the reply).
   void Start(const absl::Status& received = absl::OkStatus()) {
-    op_ = FromProtoOp(request_->op());
-    dtype_ = FromProtoDType(request_->input().dtype());
+    if (received.ok()) {  // else the metric's labels stay unknown
+      op_ = FromProtoOp(request_->op());
+      dtype_ = FromProtoDType(request_->input().dtype());
+    }
     if (!service_.gate->TryEnter()) return Reply(ShuttingDown());
     entered_ = true;
     if (!received.ok()) return Reply(received);
@@ -146,7 +148,10 @@ grpc::ServerUnaryReactor* StartNormalize(ServiceContext& service,
                                          const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response) {
   auto parsed = std::make_unique<v1::NormalizeRequest>();
-  const absl::Status received = ParseNormalizeRequest(*request, parsed.get());
+  // The received bytes are gRPC's, held until the call ends, and no longer
+  // needed once parsed: releasing them is what gRPC's typed methods do.
+  const absl::Status received =
+      ParseNormalizeRequest(const_cast<grpc::ByteBuffer*>(request), parsed.get());
   auto* call = new TensorCall<ForwardTraits>(service, context, std::move(parsed),
                                              ForwardTraits::Response{response, {}});
   call->Start(received);

@@ -281,7 +281,23 @@ absl::StatusOr<ForwardPlan> ValidateNormalize(const v1::NormalizeRequest& reques
       CheckParameters(request.parameters(), plan.op, plan.input, /*uses_beta=*/true, store);
   if (!params.ok()) return params.status();
   plan.parameters = *std::move(params);
+  if (const int64_t reply = ForwardReplyDataBytes(plan); reply > kMaxReplyDataBytes) {
+    return Invalid("input", absl::StrCat("the reply would carry ", reply,
+                                         " bytes of tensors, more than one gRPC message holds (",
+                                         kMaxReplyDataBytes, ")"));
+  }
   return plan;
+}
+
+int64_t ForwardReplyDataBytes(const ForwardPlan& plan) {
+  const int64_t elements = plan.input.rows * plan.input.hidden;
+  int64_t bytes = elements * static_cast<int64_t>(kernels::DTypeSize(plan.out_dtype));
+  if (plan.return_residual_sum) bytes += plan.input.bytes;
+  if (plan.return_statistics) {
+    bytes += plan.input.rows * static_cast<int64_t>(sizeof(float)) *
+             (plan.op == kernels::NormOp::kLayerNorm ? 2 : 1);
+  }
+  return bytes;
 }
 
 absl::StatusOr<BackwardPlan> ValidateNormalizeBackward(const v1::NormalizeBackwardRequest& request,

@@ -75,6 +75,14 @@ struct RegisterPlan {
   absl::string_view beta;
 };
 
+// The bytes of the result tensors' data a forward reply carries (output,
+// and residual_sum, mean, rstd when asked for). ValidateNormalize refuses a
+// request whose reply would not fit one gRPC message (kMaxReplyDataBytes:
+// a message holds at most 2^31 - 1 bytes, less room for the tensors'
+// headers).
+int64_t ForwardReplyDataBytes(const ForwardPlan& plan);
+inline constexpr int64_t kMaxReplyDataBytes = int64_t{0x7fffffff} - (int64_t{1} << 16);
+
 absl::StatusOr<ForwardPlan> ValidateNormalize(const v1::NormalizeRequest& request,
                                               const RequestLimits& limits,
                                               const ParameterStore& store);

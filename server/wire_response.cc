@@ -89,14 +89,18 @@ grpc::ByteBuffer WireResponse::TakeBuffer() {
   return buffer;
 }
 
-absl::Status ParseNormalizeRequest(const grpc::ByteBuffer& bytes, v1::NormalizeRequest* request) {
-  if (!bytes.Valid()) {  // no payload: the message of all defaults
+absl::Status ParseNormalizeRequest(grpc::ByteBuffer* bytes, v1::NormalizeRequest* request) {
+  if (!bytes->Valid()) {  // no payload: the message of all defaults
     request->Clear();
     return absl::OkStatus();
   }
-  grpc::ByteBuffer shared(bytes);  // shares the slices: no copy of the payload
-  grpc::ProtoBufferReader reader(&shared);
-  if (!reader.status().ok() || !request->ParseFromZeroCopyStream(&reader)) {
+  bool parsed = false;
+  {
+    grpc::ProtoBufferReader reader(bytes);
+    parsed = reader.status().ok() && request->ParseFromZeroCopyStream(&reader);
+  }
+  bytes->Clear();
+  if (!parsed) {
     return absl::InvalidArgumentError(
         "request: the message is not a valid normsvc.v1.NormalizeRequest");
   }

@@ -3,9 +3,12 @@
 // Every result is checked against the double-precision oracle. Runs on the
 // CPU backend everywhere and on the CUDA backend where a GPU is visible.
 #include <atomic>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
+
+#include <grpcpp/generic/generic_stub.h>
 
 #include <gtest/gtest.h>
 
@@ -334,6 +337,61 @@ TEST_P(IntegrationTest, RequestsLargerThanABatchAndEmptyRequestsAreServed) {
   ASSERT_TRUE(stub_->Normalize(c2.get(), none.request, &response).ok());
   EXPECT_EQ(response.output().data().size(), 0u);
   EXPECT_EQ(response.output().shape_size(), 3);
+}
+
+// Normalize's replies are encoded by the server itself (wire_response.h):
+// the bytes a client receives must be the message protobuf would write for
+// the same reply (so every protobuf parser reads them), for every result
+// tensor, request ids 0 and the largest, and an empty request.
+TEST_P(IntegrationTest, NormalizeRepliesAreTheBytesProtobufWouldWrite) {
+  std::mt19937_64 rng(TestSeed() + 6);
+  ForwardCase everything;  // residual_sum, mean and rstd, inline gamma and beta
+  everything.shape = {3, 5, 300};
+  everything.dtype = DType::kBF16;
+  everything.output_dtype = DType::kF32;
+  everything.residual = everything.return_residual_sum = everything.return_statistics = true;
+  everything.inline_gamma = everything.inline_beta = true;
+  ForwardCase rms;  // rstd without mean
+  rms.op = NormOp::kRmsNorm;
+  rms.dtype = DType::kF16;
+  rms.shape = {7, 1024};
+  rms.return_statistics = true;
+  rms.inline_gamma = true;
+  ForwardCase empty;
+  empty.shape = {2, 0, 64};
+  empty.return_statistics = true;
+  const struct {
+    ForwardCase c;
+    uint64_t id;
+  } cases[] = {{everything, ~uint64_t{0}}, {rms, 0}, {empty, 12345}};
+  grpc::GenericStub stub(ConnectedChannel(server_->grpc_port()));
+  for (const auto& [c, id] : cases) {
+    SCOPED_TRACE(::testing::Message() << "shape[0] " << c.shape[0] << ", id " << id);
+    const ForwardRequest made = MakeForwardRequest(rng, c, id);
+    const std::string request_bytes = made.request.SerializeAsString();
+    grpc::Slice slice(request_bytes.data(), request_bytes.size());
+    grpc::ByteBuffer request(&slice, 1), reply;
+    auto context = ContextWithDeadline();
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(context.get(), "/normsvc.v1.Normalizer/Normalize", grpc::StubOptions(), &request,
+                   &reply, [&done](grpc::Status status) { done.set_value(std::move(status)); });
+    const grpc::Status status = done.get_future().get();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    std::vector<grpc::Slice> slices;
+    ASSERT_TRUE(reply.Dump(&slices).ok());
+    std::string reply_bytes;
+    for (const grpc::Slice& s : slices) {
+      reply_bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+    v1::NormalizeResponse response;
+    ASSERT_TRUE(response.ParseFromString(reply_bytes));
+    EXPECT_TRUE(reply_bytes == response.SerializeAsString());
+    EXPECT_EQ(response.request_id(), id);
+    EXPECT_TRUE(CheckForward(made.request, made.gamma, made.beta, response));
+    EXPECT_EQ(response.output().shape_size(), static_cast<int>(c.shape.size()));
+    EXPECT_EQ(response.has_mean(), c.op == NormOp::kLayerNorm);
+    EXPECT_TRUE(response.has_rstd());
+  }
 }
 
 TEST_P(IntegrationTest, ServerInfoReportsBackendLimitsAndBatching) {

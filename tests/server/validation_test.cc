@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "server/validation.h"
 #include "test_support.h"
 
 namespace normsvc::server::testing {
@@ -389,6 +390,31 @@ TEST_F(ValidationTest, BadParameterRequestsGetTheirCodeAndAMessageNamingTheField
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_NE(status.error_message().find("name: no parameter set named 'never_registered'"),
             std::string::npos);
+}
+
+// The size ValidateNormalize holds a forward reply to (one gRPC message):
+// every result tensor's bytes, by its dtype.
+TEST(ForwardReplySizeTest, CountsEveryResultTensor) {
+  ForwardPlan plan;
+  plan.op = kernels::NormOp::kLayerNorm;
+  plan.input.dtype = kernels::DType::kBF16;
+  plan.input.rows = 3;
+  plan.input.hidden = 5;
+  plan.input.bytes = 3 * 5 * 2;
+  plan.out_dtype = kernels::DType::kF32;
+  EXPECT_EQ(ForwardReplyDataBytes(plan), 3 * 5 * 4);
+  plan.return_residual_sum = true;
+  EXPECT_EQ(ForwardReplyDataBytes(plan), 3 * 5 * 4 + 3 * 5 * 2);
+  plan.return_statistics = true;  // mean and rstd, fp32 a row
+  EXPECT_EQ(ForwardReplyDataBytes(plan), 3 * 5 * 4 + 3 * 5 * 2 + 3 * 4 * 2);
+  plan.op = kernels::NormOp::kRmsNorm;  // rstd only
+  EXPECT_EQ(ForwardReplyDataBytes(plan), 3 * 5 * 4 + 3 * 5 * 2 + 3 * 4);
+  // 2^29 bf16 elements returned as fp32: 2 GiB of output alone, over what
+  // one message holds.
+  plan.input.rows = int64_t{1} << 19;
+  plan.input.hidden = 1024;
+  plan.input.bytes = plan.input.rows * plan.input.hidden * 2;
+  EXPECT_GT(ForwardReplyDataBytes(plan), kMaxReplyDataBytes);
 }
 
 TEST(ParameterLimitsTest, SetCountAndBytesAreBounded) {

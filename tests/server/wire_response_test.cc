@@ -113,19 +113,23 @@ TEST(WireResponseTest, ParsesRequestsAndRefusesBytesThatAreNone) {
     return grpc::ByteBuffer(slices, 2);
   };
   v1::NormalizeRequest parsed;
-  ASSERT_TRUE(ParseNormalizeRequest(buffer_of(bytes), &parsed).ok());
+  grpc::ByteBuffer received = buffer_of(bytes);
+  ASSERT_TRUE(ParseNormalizeRequest(&received, &parsed).ok());
   EXPECT_EQ(parsed.SerializeAsString(), bytes);
+  EXPECT_FALSE(received.Valid());  // released once parsed
 
   for (const std::string& bad : {bytes.substr(0, bytes.size() - 100), std::string("\x0f\x01", 2),
                                  std::string("\x12\x7f\x08", 3)}) {
-    const absl::Status status = ParseNormalizeRequest(buffer_of(bad), &parsed);
+    grpc::ByteBuffer bad_bytes = buffer_of(bad);
+    const absl::Status status = ParseNormalizeRequest(&bad_bytes, &parsed);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(status.message().find("not a valid normsvc.v1.NormalizeRequest"), std::string::npos)
         << status.message();
   }
   // No bytes at all: the request of all defaults (which validation refuses).
   parsed.set_request_id(5);
-  EXPECT_TRUE(ParseNormalizeRequest(grpc::ByteBuffer(), &parsed).ok());
+  grpc::ByteBuffer nothing;
+  EXPECT_TRUE(ParseNormalizeRequest(&nothing, &parsed).ok());
   EXPECT_EQ(parsed.request_id(), 0u);
 }
 
