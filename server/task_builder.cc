@@ -77,25 +77,22 @@ std::unique_ptr<Task> BuildForwardTask(const ForwardPlan& plan, const v1::Normal
   s.out = results.AllocateTensor(v1::NormalizeResponse::kOutputFieldNumber, plan.out_dtype, shape,
                                  rank, elements * Size(plan.out_dtype));
   s.out_row_stride = in.hidden;
-  task->output_bytes = elements * Size(plan.out_dtype);
   if (plan.return_residual_sum) {
     s.residual_out = results.AllocateTensor(v1::NormalizeResponse::kResidualSumFieldNumber,
                                             in.dtype, shape, rank, in.bytes);
     s.residual_out_row_stride = in.hidden;
-    task->output_bytes += in.bytes;
   }
   if (plan.return_statistics) {
     if (plan.op == kernels::NormOp::kLayerNorm) {
       s.mean = static_cast<float*>(results.AllocateTensor(v1::NormalizeResponse::kMeanFieldNumber,
                                                           kernels::DType::kF32, shape, rank - 1,
                                                           in.rows * 4));
-      task->output_bytes += in.rows * 4;
     }
     s.rstd = static_cast<float*>(results.AllocateTensor(v1::NormalizeResponse::kRstdFieldNumber,
                                                         kernels::DType::kF32, shape, rank - 1,
                                                         in.rows * 4));
-    task->output_bytes += in.rows * 4;
   }
+  task->output_bytes = ForwardReplyDataBytes(plan);
   task->input_bytes = in.bytes * (plan.residual != nullptr ? 2 : 1) + plan.parameters.inline_bytes;
   task->staging_bytes = TaskStagingBytes(*task);
   return task;

@@ -1,5 +1,7 @@
 #include "server/wire_response.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
 #include <grpc/slice.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
@@ -8,29 +10,17 @@
 namespace normsvc::server {
 namespace {
 
-// Protobuf wire types (the low three bits of a field's tag).
-constexpr uint32_t kVarint = 0;
-constexpr uint32_t kLengthDelimited = 2;
+using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedOutputStream;
 
 void AppendVarint(uint64_t value, std::string& out) {
-  while (value >= 0x80) {
-    out.push_back(static_cast<char>((value & 0x7f) | 0x80));
-    value >>= 7;
-  }
-  out.push_back(static_cast<char>(value));
+  uint8_t bytes[10];
+  const uint8_t* end = CodedOutputStream::WriteVarint64ToArray(value, bytes);
+  out.append(reinterpret_cast<const char*>(bytes), static_cast<std::size_t>(end - bytes));
 }
 
-std::size_t VarintSize(uint64_t value) {
-  std::size_t size = 1;
-  while (value >= 0x80) {
-    value >>= 7;
-    ++size;
-  }
-  return size;
-}
-
-void AppendTag(int field, uint32_t wire_type, std::string& out) {
-  AppendVarint((static_cast<uint64_t>(field) << 3) | wire_type, out);
+void AppendTag(int field, WireFormatLite::WireType wire_type, std::string& out) {
+  AppendVarint(WireFormatLite::MakeTag(field, wire_type), out);
 }
 
 }  // namespace
@@ -39,7 +29,8 @@ void WireResponse::WriteRequestIdOnce() {
   if (request_id_written_) return;
   request_id_written_ = true;
   if (request_id_ == 0) return;  // the proto3 default is not written
-  AppendTag(v1::NormalizeResponse::kRequestIdFieldNumber, kVarint, pending_);
+  AppendTag(v1::NormalizeResponse::kRequestIdFieldNumber, WireFormatLite::WIRETYPE_VARINT,
+            pending_);
   AppendVarint(request_id_, pending_);
 }
 
@@ -51,21 +42,22 @@ void* WireResponse::AllocateTensor(int field, kernels::DType dtype,
   std::string head;
   const v1::DType proto_dtype = ToProtoDType(dtype);
   if (proto_dtype != 0) {
-    AppendTag(v1::Tensor::kDtypeFieldNumber, kVarint, head);
+    AppendTag(v1::Tensor::kDtypeFieldNumber, WireFormatLite::WIRETYPE_VARINT, head);
     AppendVarint(static_cast<uint64_t>(proto_dtype), head);
   }
   if (rank > 0) {
     std::size_t packed = 0;
-    for (int i = 0; i < rank; ++i) packed += VarintSize(static_cast<uint64_t>(shape.Get(i)));
-    AppendTag(v1::Tensor::kShapeFieldNumber, kLengthDelimited, head);
+    for (int i = 0; i < rank; ++i)
+      packed += CodedOutputStream::VarintSize64(static_cast<uint64_t>(shape.Get(i)));
+    AppendTag(v1::Tensor::kShapeFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED, head);
     AppendVarint(packed, head);
     for (int i = 0; i < rank; ++i) AppendVarint(static_cast<uint64_t>(shape.Get(i)), head);
   }
   if (bytes > 0) {
-    AppendTag(v1::Tensor::kDataFieldNumber, kLengthDelimited, head);
+    AppendTag(v1::Tensor::kDataFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED, head);
     AppendVarint(bytes, head);
   }
-  AppendTag(field, kLengthDelimited, pending_);
+  AppendTag(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED, pending_);
   AppendVarint(head.size() + bytes, pending_);
   pending_ += head;
   if (bytes == 0) return nullptr;

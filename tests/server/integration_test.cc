@@ -3,12 +3,9 @@
 // Every result is checked against the double-precision oracle. Runs on the
 // CPU backend everywhere and on the CUDA backend where a GPU is visible.
 #include <atomic>
-#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
-
-#include <grpcpp/generic/generic_stub.h>
 
 #include <gtest/gtest.h>
 
@@ -364,25 +361,14 @@ TEST_P(IntegrationTest, NormalizeRepliesAreTheBytesProtobufWouldWrite) {
     ForwardCase c;
     uint64_t id;
   } cases[] = {{everything, ~uint64_t{0}}, {rms, 0}, {empty, 12345}};
-  grpc::GenericStub stub(ConnectedChannel(server_->grpc_port()));
   for (const auto& [c, id] : cases) {
     SCOPED_TRACE(::testing::Message() << "shape[0] " << c.shape[0] << ", id " << id);
     const ForwardRequest made = MakeForwardRequest(rng, c, id);
-    const std::string request_bytes = made.request.SerializeAsString();
-    grpc::Slice slice(request_bytes.data(), request_bytes.size());
-    grpc::ByteBuffer request(&slice, 1), reply;
-    auto context = ContextWithDeadline();
-    std::promise<grpc::Status> done;
-    stub.UnaryCall(context.get(), "/normsvc.v1.Normalizer/Normalize", grpc::StubOptions(), &request,
-                   &reply, [&done](grpc::Status status) { done.set_value(std::move(status)); });
-    const grpc::Status status = done.get_future().get();
-    ASSERT_TRUE(status.ok()) << status.error_message();
-    std::vector<grpc::Slice> slices;
-    ASSERT_TRUE(reply.Dump(&slices).ok());
     std::string reply_bytes;
-    for (const grpc::Slice& s : slices) {
-      reply_bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-    }
+    const grpc::Status status =
+        RawUnaryCall(server_->grpc_port(), "/normsvc.v1.Normalizer/Normalize",
+                     made.request.SerializeAsString(), &reply_bytes);
+    ASSERT_TRUE(status.ok()) << status.error_message();
     v1::NormalizeResponse response;
     ASSERT_TRUE(response.ParseFromString(reply_bytes));
     EXPECT_TRUE(reply_bytes == response.SerializeAsString());

@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <mutex>
 
 #include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 
 #include "normsvc/kernels/float16.h"
@@ -386,6 +388,26 @@ std::unique_ptr<grpc::ClientContext> ContextWithDeadline(double seconds) {
   context->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6)));
   return context;
+}
+
+grpc::Status RawUnaryCall(int port, const std::string& method, const std::string& request,
+                          std::string* reply) {
+  grpc::GenericStub stub(ConnectedChannel(port));
+  grpc::Slice slice(request.data(), request.size());
+  grpc::ByteBuffer request_buffer(&slice, 1), reply_buffer;
+  auto context = ContextWithDeadline();
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(context.get(), method, grpc::StubOptions(), &request_buffer, &reply_buffer,
+                 [&done](grpc::Status status) { done.set_value(std::move(status)); });
+  const grpc::Status status = done.get_future().get();
+  reply->clear();
+  std::vector<grpc::Slice> slices;
+  if (reply_buffer.Valid() && reply_buffer.Dump(&slices).ok()) {
+    for (const grpc::Slice& s : slices) {
+      reply->append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+  }
+  return status;
 }
 
 ForwardRequest MakeForwardRequest(std::mt19937_64& rng, const ForwardCase& c, uint64_t id) {

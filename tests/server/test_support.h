@@ -74,6 +74,12 @@ std::unique_ptr<v1::Normalizer::Stub> Connect(int port);
 // A context with a deadline `seconds` from now.
 std::unique_ptr<grpc::ClientContext> ContextWithDeadline(double seconds = 30);
 
+// A unary call of `method` (e.g. "/normsvc.v1.Normalizer/Normalize") with
+// `request` as the message's bytes, through a generic stub on 127.0.0.1:
+// `port`: its status, and the reply's bytes in `reply`.
+grpc::Status RawUnaryCall(int port, const std::string& method, const std::string& request,
+                          std::string* reply);
+
 // The value of one series of `family` in `registry`: a counter's or gauge's
 // value, a histogram's sample count; nullopt when absent. `labels` must
 // match the series' labels exactly.
