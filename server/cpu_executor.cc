@@ -8,6 +8,7 @@
 #include "normsvc/kernels/reference.h"
 #include "server/parameter_store.h"
 #include "server/status_mapping.h"
+#include "server/usable_cpus.h"
 
 namespace normsvc::server {
 namespace {
@@ -36,8 +37,7 @@ double MeasureCopyBandwidth() {
 CpuExecutor::CpuExecutor(const CpuExecutorOptions& options) : options_(options) {
   if (options_.slots < 1) options_.slots = 1;
   if (options_.threads_per_batch <= 0) {
-    const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    options_.threads_per_batch = std::max(1, hardware / options_.slots);
+    options_.threads_per_batch = std::max(1, UsableCpus() / options_.slots);
   }
   device_.label = "cpu";
   device_.index = -1;

@@ -1,5 +1,7 @@
 #include "server/executor_pool.h"
 
+#include "server/usable_cpus.h"
+
 #include <algorithm>
 #include <limits>
 #include <thread>
@@ -8,10 +10,10 @@ namespace normsvc::server {
 namespace {
 
 // Threads that send replies alongside the batch workers: a quarter of the
-// machine's, between 2 and 8.
+// CPUs the process may use, between 2 and 8.
 int ReplyThreads(int requested) {
   if (requested >= 0) return requested;
-  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 2, 8);
+  return std::clamp(UsableCpus() / 4, 2, 8);
 }
 
 }  // namespace

@@ -37,6 +37,7 @@
 #include "server/service.h"
 #include "server/service_context.h"
 #include "server/tls_config.h"
+#include "server/usable_cpus.h"
 
 namespace normsvc::server {
 namespace {
@@ -95,6 +96,7 @@ v1::GetServerInfoResponse MakeServerInfo(const ServerOptions& o, const std::stri
   batching->set_max_queue_delay_us(o.max_queue_delay_us);
   batching->set_max_queue_size(o.max_queue_size);
   batching->set_batches_in_flight(o.batches_in_flight);
+  batching->set_idle_spin_us(o.idle_spin_us);
   const TransportSecurity transport = RequestedTransportSecurity(o);
   v1::GetServerInfoResponse::Security* security = info.mutable_security();
   security->set_tls(transport != TransportSecurity::kPlaintext);
@@ -105,7 +107,20 @@ v1::GetServerInfoResponse MakeServerInfo(const ServerOptions& o, const std::stri
 
 }  // namespace
 
-Server::Server(ServerOptions options) : options_(std::move(options)) {}
+namespace {
+
+// The options with their automatic values resolved for this host
+// (--idle_spin_us=-1); invalid values stay, for ValidateOptions to refuse.
+ServerOptions ResolveAutomaticOptions(ServerOptions options) {
+  if (options.idle_spin_us == -1) {
+    options.idle_spin_us = ResolveIdleSpinUs(options.idle_spin_us, UsableCpus());
+  }
+  return options;
+}
+
+}  // namespace
+
+Server::Server(ServerOptions options) : options_(ResolveAutomaticOptions(std::move(options))) {}
 
 Server::~Server() { Stop(); }
 
@@ -128,7 +143,8 @@ absl::Status Server::Start() {
   Log(LogLevel::kInfo, "serving on port ", grpc_port_, " (",
       TransportSecurityName(RequestedTransportSecurity(options_)),
       token_auth_ != nullptr ? ", bearer token required" : "", ") with the ", backend_,
-      " backend (", pool_->size(), " executor", pool_->size() == 1 ? "" : "s", ")",
+      " backend (", pool_->size(), " executor", pool_->size() == 1 ? "" : "s",
+      ", idle workers poll ", options_.idle_spin_us, " us)",
       metrics_port_ > 0 ? absl::StrCat(", metrics on port ", metrics_port_) : "",
       health_port_ > 0 ? absl::StrCat(", health on port ", health_port_) : "");
   return absl::OkStatus();
@@ -186,6 +202,7 @@ absl::Status Server::CreateExecutors() {
       gpu.slots = options_.batches_in_flight;
       gpu.staging_bytes = options_.staging_buffer_bytes;
       gpu.wait = options_.gpu_wait;
+      gpu.graph_cache = static_cast<int>(options_.cuda_graph_cache);
       gpu.max_batch_tasks = MaxBatchTasks(options_);
       absl::StatusOr<std::unique_ptr<Executor>> executor = CreateGpuExecutor(gpu);
       if (!executor.ok()) return executor.status();

@@ -42,8 +42,9 @@ def main():
         if load(directory, f"normsvc_{name}") is not None:
             print(row(label, load(directory, f"normsvc_{name}"), load(directory, f"echo_{name}"),
                       "(the same bars, requests of the tensor alone)"))
-    # The idle spin's diagnostic run: on (the default is off); runs made while
-    # the spin was on by default measured it off instead.
+    # The idle spin's diagnostic run: off (its default, -1, turns it on where
+    # the process may use 8 or more CPUs); runs made while it was off by
+    # default measured it on instead.
     for name, label in (("normsvc_spin_1x4096_c1", "--idle_spin_us=500"),
                         ("normsvc_nospin_1x4096_c1", "--idle_spin_us=0")):
         if load(directory, name) is not None:

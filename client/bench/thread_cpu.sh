@@ -16,7 +16,8 @@
 # variants run c64, c64r and c1.
 # VARIANTS (environment): servers to run beside the defaults, as
 # "NAME=FLAGS" entries separated by ';' (FLAGS split at spaces); default
-# "spin=--idle_spin_us=500".
+# "nospin=--idle_spin_us=0" (the idle spin off; its default turns it on on
+# hosts of 8 or more usable CPUs).
 # Writes OUT_DIR/<server><rep>.<load>.{json,t0,t1} (normload's JSON, thread
 # ticks before and after) and OUT_DIR/summary.md.
 set -euo pipefail
@@ -26,7 +27,7 @@ out=${2:?$usage}
 reps=${3:-2}
 duration=${4:-4}
 before=${5:-}
-variants=${VARIANTS-spin=--idle_spin_us=500}
+variants=${VARIANTS-nospin=--idle_spin_us=0}
 [[ -z $before || -x $before ]] || { echo "thread_cpu: $before is not an executable" >&2; exit 1; }
 mkdir -p "$out"
 port=50251

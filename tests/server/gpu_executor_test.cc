@@ -2,9 +2,10 @@
 // oracle, a full batch of one configuration (its segment table in the
 // inputs' copy; spinning and sleeping waits), row-chunked requests larger
 // than the staging buffer, registered
-// parameters in device memory, two slots at once, and an injected CUDA
-// error that fails one batch while the executor keeps serving. Skips, with
-// the reason, where no GPU is visible.
+// parameters in device memory, two slots at once, repeated batch layouts
+// replayed from captured CUDA graphs, and an injected CUDA error that fails
+// one batch while the executor keeps serving. Skips, with the reason, where
+// no GPU is visible.
 #include <deque>
 #include <thread>
 
@@ -104,6 +105,7 @@ class GpuExecutorTest : public ::testing::Test {
 
   RequestLimits limits_;
   NullSink sink_;
+  HostTensor gamma_, beta_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<ParameterStore> store_;
 };
@@ -201,6 +203,52 @@ TEST_F(GpuExecutorTest, TwoSlotsRunBatchesConcurrently) {
     });
   }
   for (auto& thread : threads) thread.join();
+}
+
+// One layout run again and again on one slot, with fresh inputs each time:
+// the first round is issued call by call, the second captures the layout as
+// a graph and launches it, later ones replay it; every result is the
+// oracle's and every round is timed. A new layout starts over, and the
+// first one is still replayed after it.
+TEST_F(GpuExecutorTest, RepeatedBatchLayoutsReplayCapturedGraphs) {
+  std::mt19937_64 rng(TestSeed() + 46);
+  auto layout = [&](int64_t hidden, bool registered) {
+    Prepared p;
+    for (int i = 0; i < 3; ++i) {
+      ForwardCase c;
+      c.shape = {1 + i, hidden};
+      c.return_statistics = i == 1;
+      c.inline_gamma = c.inline_beta = !registered;
+      ForwardRequest made = MakeForwardRequest(rng, c, i);
+      if (registered) {
+        made.request.mutable_parameters()->set_name("graph");
+        made.gamma = gamma_.values;
+        made.beta = beta_.values;
+      }
+      Add(p, std::move(made));
+    }
+    return p;
+  };
+  gamma_ = RandomTensor(rng, DType::kF32, {4096}, 1.0, 0.25);
+  beta_ = RandomTensor(rng, DType::kF32, {4096}, 0.0, 0.5);
+  ASSERT_TRUE(store_->Register("graph", 4096, DType::kF32, gamma_.bytes, beta_.bytes, false).ok());
+  struct Round {
+    int64_t hidden;
+    bool registered;
+    int64_t graph_launches;
+  };
+  for (const Round& round :
+       {Round{4096, false, 0}, Round{4096, false, 1}, Round{4096, false, 1}, Round{4096, false, 1},
+        Round{4096, true, 0}, Round{4096, true, 1}, Round{1000, false, 0}, Round{4096, false, 1}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "hidden " << round.hidden << ", registered " << round.registered);
+    Prepared p = layout(round.hidden, round.registered);
+    const BatchResult result = executor_->Run(p.batch, 0);
+    ExpectAllCorrect(p, result);
+    EXPECT_EQ(result.graph_launches, round.graph_launches);
+    ASSERT_TRUE(result.h2d_seconds && result.kernel_seconds && result.d2h_seconds);
+    EXPECT_GT(*result.kernel_seconds, 0);
+  }
 }
 
 TEST_F(GpuExecutorTest, InjectedCudaErrorFailsOneBatchAndTheExecutorKeepsServing) {

@@ -11,6 +11,8 @@
 
 #include "server/executor_pool.h"
 #include "server/gpu_backend.h"
+#include "server/options.h"
+#include "server/usable_cpus.h"
 #include "test_support.h"
 
 namespace normsvc::server::testing {
@@ -391,6 +393,8 @@ TEST_P(IntegrationTest, ServerInfoReportsBackendLimitsAndBatching) {
   EXPECT_EQ(info.batching().max_batch_rows(), 64);
   EXPECT_EQ(info.batching().max_queue_delay_us(), 200);
   EXPECT_EQ(info.batching().batches_in_flight(), 2);
+  // The test server leaves --idle_spin_us at -1: resolved for this host.
+  EXPECT_EQ(info.batching().idle_spin_us(), ResolveIdleSpinUs(-1, UsableCpus()));
   if (GetParam() == Backend::kCuda) {
     EXPECT_EQ(info.devices_size(), VisibleGpuCount());
     EXPECT_EQ(info.limits().staging_buffer_bytes(), 2 << 20);

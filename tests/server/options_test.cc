@@ -1,7 +1,12 @@
-// Flags and NORMSVC_* environment variables (server-interface.md).
+// Flags and NORMSVC_* environment variables (server-interface.md), and the
+// host facts automatic values are resolved by (usable CPUs).
 #include "server/options.h"
 
+#include <algorithm>
 #include <map>
+#include <thread>
+
+#include "server/usable_cpus.h"
 
 #include <gtest/gtest.h>
 
@@ -36,7 +41,8 @@ TEST(OptionsTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(o.max_parameter_sets, 1024);
   EXPECT_EQ(o.max_parameter_bytes, 1073741824);
   EXPECT_EQ(o.batches_in_flight, 2);
-  EXPECT_EQ(o.idle_spin_us, 0);
+  EXPECT_EQ(o.idle_spin_us, -1);
+  EXPECT_EQ(o.cuda_graph_cache, 16);
   EXPECT_EQ(o.staging_buffer_bytes, 134217728);
   EXPECT_EQ(o.keepalive_time_ms, 30000);
   EXPECT_EQ(o.keepalive_timeout_ms, 10000);
@@ -86,6 +92,7 @@ TEST(OptionsTest, HelpListsEveryFlagWithItsEnvironmentVariableAndDefault) {
                            "max_parameter_bytes",
                            "batches_in_flight",
                            "idle_spin_us",
+                           "cuda_graph_cache",
                            "reply_threads",
                            "gpu_wait",
                            "staging_buffer_bytes",
@@ -124,6 +131,9 @@ TEST(OptionsTest, BadValuesAreErrorsNamingTheFlagOrVariable) {
       {{"--reply_threads=-2"}, {}, "--reply_threads must be >= -1"},
       {{"--gpu_wait=poll"}, {}, "--gpu_wait: 'poll' is not one of auto, spin, block"},
       {{"--reply_threads=257"}, {}, "--reply_threads must be <= 256"},
+      {{"--idle_spin_us=-2"}, {}, "--idle_spin_us must be >= -1"},
+      {{"--cuda_graph_cache=-1"}, {}, "--cuda_graph_cache must be >= 0"},
+      {{}, {{"NORMSVC_CUDA_GRAPH_CACHE", "1025"}}, "--cuda_graph_cache must be <= 1024"},
       {{"--max_hidden_size=2000000"}, {}, "--max_hidden_size must be <= 1048576"},
       {{"--log_level=loud"}, {}, "--log_level: 'loud'"},
       {{"--drain_timeout_s"}, {}, "--drain_timeout_s needs a value"},
@@ -136,6 +146,33 @@ TEST(OptionsTest, BadValuesAreErrorsNamingTheFlagOrVariable) {
     EXPECT_NE(parsed.status().message().find(c.message), absl::string_view::npos)
         << parsed.status().message();
   }
+}
+
+// -1 resolves by the CPUs the process may use; other values stay.
+TEST(OptionsTest, AutomaticIdleSpinNeedsEightUsableCpus) {
+  EXPECT_EQ(ResolveIdleSpinUs(-1, 1), 0);
+  EXPECT_EQ(ResolveIdleSpinUs(-1, 2), 0);
+  EXPECT_EQ(ResolveIdleSpinUs(-1, kAutoIdleSpinMinCpus - 1), 0);
+  EXPECT_EQ(ResolveIdleSpinUs(-1, kAutoIdleSpinMinCpus), kAutoIdleSpinUs);
+  EXPECT_EQ(ResolveIdleSpinUs(-1, 128), kAutoIdleSpinUs);
+  EXPECT_EQ(ResolveIdleSpinUs(0, 128), 0);
+  EXPECT_EQ(ResolveIdleSpinUs(123, 1), 123);
+}
+
+TEST(OptionsTest, CgroupCpuLimitsAreReadAsWholeCpus) {
+  EXPECT_EQ(CpusFromCgroupV2("max 100000\n"), std::nullopt);
+  EXPECT_EQ(CpusFromCgroupV2("200000 100000\n"), 2);
+  EXPECT_EQ(CpusFromCgroupV2("150000 100000"), 2);  // 1.5 CPUs: a second one partly
+  EXPECT_EQ(CpusFromCgroupV2("50000 100000"), 1);
+  EXPECT_EQ(CpusFromCgroupV2("1600000 100000"), 16);
+  EXPECT_EQ(CpusFromCgroupV2(""), std::nullopt);  // no such file
+  EXPECT_EQ(CpusFromCgroupV2("nonsense"), std::nullopt);
+  EXPECT_EQ(CpusFromCgroupV1("-1\n", "100000\n"), std::nullopt);
+  EXPECT_EQ(CpusFromCgroupV1("400000\n", "100000\n"), 4);
+  EXPECT_EQ(CpusFromCgroupV1("", ""), std::nullopt);
+  const int usable = UsableCpus();
+  EXPECT_GE(usable, 1);
+  EXPECT_LE(usable, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
 }
 
 }  // namespace

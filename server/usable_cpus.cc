@@ -1,0 +1,104 @@
+#include "server/usable_cpus.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+
+namespace normsvc::server {
+namespace {
+
+std::optional<int> CpusFromQuota(int64_t quota, int64_t period) {
+  if (quota <= 0 || period <= 0) return std::nullopt;
+  return static_cast<int>(std::max<int64_t>(1, (quota + period - 1) / period));
+}
+
+std::string ReadSmallFile(const char* path) {
+  std::ifstream in(path);
+  if (!in) return {};
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+int AffinityCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int count = CPU_COUNT(&set);
+    if (count > 0) return count;
+  }
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
+std::optional<int> CpusFromCgroupV2(absl::string_view cpu_max) {
+  std::vector<absl::string_view> fields =
+      absl::StrSplit(absl::StripAsciiWhitespace(cpu_max), ' ', absl::SkipEmpty());
+  if (fields.size() != 2 || fields[0] == "max") return std::nullopt;
+  int64_t quota = 0, period = 0;
+  if (!absl::SimpleAtoi(fields[0], &quota) || !absl::SimpleAtoi(fields[1], &period)) {
+    return std::nullopt;
+  }
+  return CpusFromQuota(quota, period);
+}
+
+std::optional<int> CpusFromCgroupV1(absl::string_view quota_us, absl::string_view period_us) {
+  int64_t quota = 0, period = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(quota_us), &quota) ||
+      !absl::SimpleAtoi(absl::StripAsciiWhitespace(period_us), &period)) {
+    return std::nullopt;
+  }
+  return CpusFromQuota(quota, period);
+}
+
+// The process's cgroup path in the v2 hierarchy ("0::/path") or in the v1
+// hierarchy that holds the cpu controller ("4:cpu,cpuacct:/path"), from
+// /proc/self/cgroup; "/" (the mount point) in a container with its own
+// cgroup namespace, or when the file is missing.
+std::string CgroupPath(bool v2) {
+  for (absl::string_view line : absl::StrSplit(ReadSmallFile("/proc/self/cgroup"), '\n')) {
+    std::vector<absl::string_view> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (parts.size() != 3) continue;
+    if (v2 && parts[0] == "0" && parts[1].empty()) return std::string(parts[2]);
+    if (!v2) {
+      for (absl::string_view controller : absl::StrSplit(parts[1], ',')) {
+        if (controller == "cpu") return std::string(parts[2]);
+      }
+    }
+  }
+  return "/";
+}
+
+int UsableCpus() {
+  int cpus = AffinityCpus();
+  std::optional<int> limit;
+  // The process's own cgroup first, then the mount point (the root of a
+  // container's cgroup namespace).
+  for (const std::string& path : {CgroupPath(true), std::string("/")}) {
+    limit = CpusFromCgroupV2(ReadSmallFile(("/sys/fs/cgroup" + path + "/cpu.max").c_str()));
+    if (limit) break;
+  }
+  if (!limit) {
+    for (const std::string& path : {CgroupPath(false), std::string("/")}) {
+      const std::string dir = "/sys/fs/cgroup/cpu" + path;
+      limit = CpusFromCgroupV1(ReadSmallFile((dir + "/cpu.cfs_quota_us").c_str()),
+                               ReadSmallFile((dir + "/cpu.cfs_period_us").c_str()));
+      if (limit) break;
+    }
+  }
+  if (limit) cpus = std::min(cpus, *limit);
+  return std::max(1, cpus);
+}
+
+}  // namespace normsvc::server
