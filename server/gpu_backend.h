@@ -22,7 +22,7 @@ struct GpuExecutorOptions {
   int64_t max_batch_tasks = 4096;              // segment table capacity
   GpuWait wait = GpuWait::kAuto;
   // Forward round layouts replayed as CUDA graphs, per slot (launch_graph_cache.h); 0: none.
-  int graph_cache = 16;
+  int graph_cache = 0;
 };
 
 // True when this build contains the GPU executor.

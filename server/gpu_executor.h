@@ -11,10 +11,11 @@
 // chunk partials, if chunked, are summed on the host in chunk order, so results stay
 // deterministic).
 //
-// A forward round whose layout repeats (launch_graph_cache.h: the same
-// staging offsets and segments, as steady traffic of one shape gives) is
-// captured once as a CUDA graph of its copies, launch and timing events and
-// then replayed with one call (GpuExecutorOptions::graph_cache).
+// With GpuExecutorOptions::graph_cache (off by default), a forward round
+// whose layout repeats (launch_graph_cache.h: the same staging offsets and
+// segments, as steady traffic of one shape gives) is captured once as a
+// CUDA graph of its copies, launch and timing events and then replayed with
+// one call.
 //
 // Registered parameters are uploaded once (Upload) and referenced by device
 // pointer. CUDA errors become INTERNAL statuses for the batch; the slot's

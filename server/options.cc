@@ -153,7 +153,8 @@ std::vector<FlagSpec> Flags() {
   flags.push_back(Int64Flag("cuda_graph_cache", &ServerOptions::cuda_graph_cache,
                             "batch layouts per batch slot kept as CUDA graphs: a layout seen "
                             "twice (steady traffic of one shape) is captured and replayed with "
-                            "one call instead of seven (0: off; at most 1024)"));
+                            "one call instead of seven; each capture costs a graph "
+                            "instantiation (0: off; at most 1024)"));
   flags.push_back(Int64Flag("max_queued_bytes", &ServerOptions::max_queued_bytes,
                             "request + response bytes accepted and not yet answered, per server, "
                             "before RESOURCE_EXHAUSTED"));

@@ -45,6 +45,7 @@ class GpuExecutorTest : public ::testing::Test {
     options.slots = 2;
     options.staging_bytes = 4 << 20;  // small, so larger requests run in row chunks
     options.max_batch_tasks = 256;
+    options.graph_cache = 16;  // repeated layouts replayed (off by default)
     absl::StatusOr<std::unique_ptr<Executor>> executor = CreateGpuExecutor(options);
     ASSERT_TRUE(executor.ok()) << executor.status();
     executor_ = *std::move(executor);

@@ -379,6 +379,7 @@ TEST(GpuMetricsTest, CudaDeviceSeriesAndNvmlGauges) {
   ServerOptions options = TestServerOptions();
   options.backend = Backend::kCuda;
   options.metrics_address = "127.0.0.1:0";
+  options.cuda_graph_cache = 16;
   std::unique_ptr<Server> server = StartServer(options);
   ASSERT_NE(server, nullptr);
   std::unique_ptr<v1::Normalizer::Stub> stub = Connect(server->grpc_port());

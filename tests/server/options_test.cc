@@ -42,7 +42,7 @@ TEST(OptionsTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(o.max_parameter_bytes, 1073741824);
   EXPECT_EQ(o.batches_in_flight, 2);
   EXPECT_EQ(o.idle_spin_us, -1);
-  EXPECT_EQ(o.cuda_graph_cache, 16);
+  EXPECT_EQ(o.cuda_graph_cache, 0);
   EXPECT_EQ(o.staging_buffer_bytes, 134217728);
   EXPECT_EQ(o.keepalive_time_ms, 30000);
   EXPECT_EQ(o.keepalive_timeout_ms, 10000);
