@@ -229,9 +229,11 @@ cudaGraphExec_t GpuExecutor::RoundGraph(Slot& slot, const std::string& key,
   if (!capture) return nullptr;
   // Thread-local capture: other threads' calls (another slot's round) go on
   // as usual; nothing runs while capturing, the graph runs when launched.
-  if (cudaStreamBeginCapture(slot.stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+  const cudaError_t began = cudaStreamBeginCapture(slot.stream, cudaStreamCaptureModeThreadLocal);
+  if (began != cudaSuccess) {
     cudaGetLastError();
     slot.graphs->MarkUncapturable(key);
+    LogCaptureFailure(cudaGetErrorString(began));
     return nullptr;
   }
   const absl::Status issued = issue();
@@ -248,15 +250,21 @@ cudaGraphExec_t GpuExecutor::RoundGraph(Slot& slot, const std::string& key,
     return exec;
   }
   cudaGetLastError();  // a failed capture leaves no sticky error: the round runs call by call
-  slot.graphs->MarkUncapturable(key);
-  if (!capture_failure_logged_.exchange(true)) {
-    Log(LogLevel::kWarning, device_.label,
-        ": a batch layout could not be captured as a CUDA graph (",
-        !issued.ok() ? std::string(issued.message())
-                     : std::string(cudaGetErrorString(ended != cudaSuccess ? ended : instantiated)),
-        "); such batches run call by call (logged once)");
+  if (!issued.ok()) {
+    // Not the capture's fault (a launch the kernels refused): issued call by
+    // call, the round reports the same error; the key may capture later.
+    return nullptr;
   }
+  slot.graphs->MarkUncapturable(key);
+  LogCaptureFailure(cudaGetErrorString(ended != cudaSuccess ? ended : instantiated));
   return nullptr;
+}
+
+void GpuExecutor::LogCaptureFailure(const char* why) {
+  if (capture_failure_logged_.exchange(true)) return;
+  Log(LogLevel::kWarning, device_.label,
+      ": a batch layout could not be captured or replayed as a CUDA graph (", why,
+      "); such batches run call by call (logged once)");
 }
 
 absl::Status GpuExecutor::RunRound(std::span<const TaskSlice> slices, Slot& slot, Timings* timings,
@@ -378,16 +386,26 @@ absl::Status GpuExecutor::RunRound(std::span<const TaskSlice> slices, Slot& slot
           cudaMemcpyAsync(slot.device, slot.host, 1, static_cast<cudaMemcpyKind>(99), slot.stream));
     }
     cudaGraphExec_t graph = nullptr;
-    if (slot.graphs != nullptr && !backward) {
-      graph = RoundGraph(
-          slot, ForwardRoundKey(slot.segments, copy_before, plan.input_bytes, plan.total_bytes),
-          [&] { return issue(cudaEventRecordExternal); });
+    std::string key;
+    if (slot.graphs != nullptr && !backward && segment_count <= kMaxGraphSegments) {
+      key = ForwardRoundKey(slot.segments, copy_before, plan.input_bytes, plan.total_bytes);
+      graph = RoundGraph(slot, key, [&] { return issue(cudaEventRecordExternal); });
     }
     if (graph != nullptr) {
-      NORMSVC_CUDA_TRY(cudaGraphLaunch(graph, slot.stream));
-      ++timings->graph_launches;
-    } else if (absl::Status issued = issue(cudaEventRecordDefault); !issued.ok()) {
-      return issued;
+      if (const cudaError_t launched = cudaGraphLaunch(graph, slot.stream);
+          launched == cudaSuccess) {
+        ++timings->graph_launches;
+      } else {
+        // Nothing of the graph was queued: drop it (never replayed again)
+        // and issue this round call by call.
+        cudaGetLastError();
+        slot.graphs->MarkUncapturable(key);
+        LogCaptureFailure(cudaGetErrorString(launched));
+        graph = nullptr;
+      }
+    }
+    if (graph == nullptr) {
+      if (absl::Status issued = issue(cudaEventRecordDefault); !issued.ok()) return issued;
     }
     NORMSVC_CUDA_TRY(WaitForRound(slot));
     float h2d_ms = 0, kernel_ms = 0, d2h_ms = 0;

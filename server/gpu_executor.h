@@ -97,6 +97,12 @@ class GpuExecutor final : public Executor {
   // repeated enough; null when the round is to be issued call by call.
   cudaGraphExec_t RoundGraph(Slot& slot, const std::string& key,
                              const std::function<absl::Status()>& issue);
+  // Logs a graph that could not be captured or launched (the first one only).
+  void LogCaptureFailure(const char* why);
+  // Rounds of more segments run call by call: their keys (about 120 bytes a
+  // segment) would make the cache hold megabytes, and such batches rarely
+  // repeat.
+  static constexpr int kMaxGraphSegments = 64;
 
   const GpuExecutorOptions options_;
   DeviceDescription device_;

@@ -37,9 +37,14 @@ LaunchGraphCache::Entry* LaunchGraphCache::Find(std::string_view key, uint64_t h
 
 LaunchGraphCache::Entry& LaunchGraphCache::Add(std::string_view key, uint64_t hash) {
   if (static_cast<int>(entries_.size()) == capacity_) {
-    auto oldest =
-        std::min_element(entries_.begin(), entries_.end(),
-                         [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
+    // Keys still being counted go first, so that layouts seen once (a
+    // batcher makes many) do not push out the graphs of those that repeat.
+    auto older = [](const Entry& a, const Entry& b) {
+      const bool a_graph = a.handle != nullptr;
+      const bool b_graph = b.handle != nullptr;
+      return a_graph != b_graph ? b_graph : a.last_use < b.last_use;
+    };
+    auto oldest = std::min_element(entries_.begin(), entries_.end(), older);
     if (oldest->handle != nullptr) destroy_(oldest->handle);
     *oldest = Entry{};
     oldest->hash = hash;

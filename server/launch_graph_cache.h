@@ -12,11 +12,17 @@
 // dtypes, op, epsilon). The inputs' values are not part of it: the copies
 // read whatever the pinned buffer holds when the graph runs.
 //
+// Not in the key: the launcher's process-wide policies (the ring and
+// parameter-staging policies of kernels/src), which only the kernel tests
+// and benchmarks change, never the server.
+//
 // Policy: a key is captured once it has been seen `sightings_to_capture`
 // times (a layout that repeats: steady traffic of one shape), so one-off
 // layouts cost no capture; at most `capacity` keys (captured or counted)
-// are kept, the least recently used dropped first (its graph destroyed).
-// A key whose capture failed is remembered as such and never retried.
+// are kept; when full, the least recently used key without a graph is
+// dropped, else the least recently used one (its graph destroyed). A key
+// whose capture failed is remembered as such and not retried while it is
+// kept.
 // Off by default (--cuda_graph_cache=0): at the service level on the H200
 // host the saved calls were within the noise of two A/B runs
 // (server/README.md), while traffic of more layouts than the cache holds

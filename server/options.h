@@ -54,7 +54,7 @@ struct ServerOptions {
   int64_t cuda_graph_cache = 0;  // batch layouts per slot replayed as CUDA graphs (0: off)
   GpuWait gpu_wait = GpuWait::kAuto;
   // Threads that send a batch's replies beside the thread that ran it
-  // (-1: a quarter of the cores, 2 to 8; 0: that thread sends them all;
+  // (-1: a quarter of the CPUs the process may use, 2 to 8; 0: that thread sends them all;
   // at most 256).
   int64_t reply_threads = -1;
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -17,9 +18,11 @@
 namespace normsvc::server {
 namespace {
 
+// Whole CPUs a quota keeps busy, rounded down (a 7.5-CPU quota cannot keep
+// 8 threads running), at least 1; huge quotas saturate instead of wrapping.
 std::optional<int> CpusFromQuota(int64_t quota, int64_t period) {
   if (quota <= 0 || period <= 0) return std::nullopt;
-  return static_cast<int>(std::max<int64_t>(1, (quota + period - 1) / period));
+  return static_cast<int>(std::clamp<int64_t>(quota / period, 1, INT32_MAX));
 }
 
 std::string ReadSmallFile(const char* path) {
@@ -62,6 +65,8 @@ std::optional<int> CpusFromCgroupV1(absl::string_view quota_us, absl::string_vie
   return CpusFromQuota(quota, period);
 }
 
+namespace {
+
 // The process's cgroup path in the v2 hierarchy ("0::/path") or in the v1
 // hierarchy that holds the cpu controller ("4:cpu,cpuacct:/path"), from
 // /proc/self/cgroup; "/" (the mount point) in a container with its own
@@ -80,22 +85,38 @@ std::string CgroupPath(bool v2) {
   return "/";
 }
 
+}  // namespace
+
+std::vector<std::string> CgroupPathAndParents(std::string path) {
+  std::vector<std::string> paths;
+  while (true) {
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    paths.push_back(path.empty() ? "/" : path);
+    if (path.empty() || path == "/") break;
+    const std::size_t slash = path.rfind('/');
+    path = slash == std::string::npos || slash == 0 ? "/" : path.substr(0, slash);
+  }
+  return paths;
+}
+
 int UsableCpus() {
   int cpus = AffinityCpus();
+  // The smallest limit of the process's cgroup and of those above it (a
+  // parent's quota binds its children: a systemd slice, a pod's cgroup
+  // around its containers). In a container with its own cgroup namespace
+  // the process's cgroup is the root of what it sees: the mount point.
   std::optional<int> limit;
-  // The process's own cgroup first, then the mount point (the root of a
-  // container's cgroup namespace).
-  for (const std::string& path : {CgroupPath(true), std::string("/")}) {
-    limit = CpusFromCgroupV2(ReadSmallFile(("/sys/fs/cgroup" + path + "/cpu.max").c_str()));
-    if (limit) break;
+  auto tighten = [&limit](std::optional<int> found) {
+    if (found && (!limit || *found < *limit)) limit = found;
+  };
+  for (const std::string& path : CgroupPathAndParents(CgroupPath(true))) {
+    const std::string dir = path == "/" ? "/sys/fs/cgroup" : "/sys/fs/cgroup" + path;
+    tighten(CpusFromCgroupV2(ReadSmallFile((dir + "/cpu.max").c_str())));
   }
-  if (!limit) {
-    for (const std::string& path : {CgroupPath(false), std::string("/")}) {
-      const std::string dir = "/sys/fs/cgroup/cpu" + path;
-      limit = CpusFromCgroupV1(ReadSmallFile((dir + "/cpu.cfs_quota_us").c_str()),
-                               ReadSmallFile((dir + "/cpu.cfs_period_us").c_str()));
-      if (limit) break;
-    }
+  for (const std::string& path : CgroupPathAndParents(CgroupPath(false))) {
+    const std::string dir = path == "/" ? "/sys/fs/cgroup/cpu" : "/sys/fs/cgroup/cpu" + path;
+    tighten(CpusFromCgroupV1(ReadSmallFile((dir + "/cpu.cfs_quota_us").c_str()),
+                             ReadSmallFile((dir + "/cpu.cfs_period_us").c_str())));
   }
   if (limit) cpus = std::min(cpus, *limit);
   return std::max(1, cpus);

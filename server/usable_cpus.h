@@ -6,6 +6,8 @@
 #pragma once
 
 #include <optional>
+#include <string>
+#include <vector>
 #include "absl/strings/string_view.h"
 
 namespace normsvc::server {
@@ -13,11 +15,15 @@ namespace normsvc::server {
 // At least 1. Read once per call (a few small files); callers cache it.
 int UsableCpus();
 
-// CPUs granted by a cgroup v2 `cpu.max` line ("max 100000": none;
-// "150000 100000": 1.5, rounded up to 2), or by cgroup v1's quota and
-// period in microseconds (quota -1: none). nullopt: no limit, or text that
-// is not such a line.
+// Whole CPUs granted by a cgroup v2 `cpu.max` line ("max 100000": none;
+// "750000 100000": 7.5, rounded down to 7, and never below 1), or by cgroup
+// v1's quota and period in microseconds (quota -1: none). nullopt: no
+// limit, or text that is not such a line.
 std::optional<int> CpusFromCgroupV2(absl::string_view cpu_max);
 std::optional<int> CpusFromCgroupV1(absl::string_view quota_us, absl::string_view period_us);
+
+// A cgroup path and every cgroup above it, to the root: "/a/b" gives
+// "/a/b", "/a", "/". UsableCpus takes the smallest limit among them.
+std::vector<std::string> CgroupPathAndParents(std::string path);
 
 }  // namespace normsvc::server

@@ -8,8 +8,9 @@
 //   timed    the executor's way: events before and after each of the three
 //            operations (its per-stage metrics) and their elapsed times read
 //   untimed  the same three operations and only the end event
-//   graph    the three operations and the end event captured once as a CUDA
-//            graph and replayed (valid while the batch's layout repeats)
+//   graph    the executor's replay (--cuda_graph_cache): the three operations
+//            and the four events captured once as a CUDA graph (the events
+//            as external records), replayed, and the elapsed times read
 //
 //   round_trip_bench [--rows N] [--hidden H] [--iterations N] [--json PATH]
 //
@@ -168,11 +169,36 @@ int main(int argc, char** argv) {
   };
   std::vector<Mode> modes = {{"timed", {}}, {"untimed", {}}, {"graph", {}}};
 
+  // The executor's round: the three operations with an event before and
+  // after each (`flags`: cudaEventRecordExternal while capturing), and the
+  // per-stage times read once it has finished.
+  auto issue_timed = [&](unsigned int flags) {
+    Check(cudaEventRecordWithFlags(slot.start, slot.stream, flags), "record");
+    Check(cudaMemcpyAsync(device_inputs, host_inputs, slot.input_bytes, cudaMemcpyHostToDevice,
+                          slot.stream),
+          "H2D");
+    Check(cudaEventRecordWithFlags(slot.h2d, slot.stream, flags), "record");
+    Check(normsvc::kernels::LaunchForwardWithUploadedTable(&segment, 1, slot.device,
+                                                           slot.table_room, slot.stream),
+          "launch");
+    Check(cudaEventRecordWithFlags(slot.kernel, slot.stream, flags), "record");
+    Check(cudaMemcpyAsync(host_inputs + slot.input_bytes, device_inputs + slot.input_bytes,
+                          slot.output_bytes, cudaMemcpyDeviceToHost, slot.stream),
+          "D2H");
+    Check(cudaEventRecordWithFlags(slot.d2h, slot.stream, flags), "record");
+  };
+  auto read_timings = [&] {
+    float a, b, c;
+    Check(cudaEventElapsedTime(&a, slot.start, slot.h2d), "elapsed");
+    Check(cudaEventElapsedTime(&b, slot.h2d, slot.kernel), "elapsed");
+    Check(cudaEventElapsedTime(&c, slot.kernel, slot.d2h), "elapsed");
+  };
+
   cudaGraphExec_t graph_exec = nullptr;
   {
     cudaGraph_t graph;
     Check(cudaStreamBeginCapture(slot.stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-    enqueue_work();
+    issue_timed(cudaEventRecordExternal);
     Check(cudaStreamEndCapture(slot.stream, &graph), "end capture");
     Check(cudaGraphInstantiate(&graph_exec, graph, 0), "instantiate");
     Check(cudaGraphDestroy(graph), "graph destroy");
@@ -181,32 +207,17 @@ int main(int argc, char** argv) {
   auto round_trip = [&](int mode) {
     pack();
     if (mode == 0) {
-      Check(cudaEventRecord(slot.start, slot.stream), "record");
-      Check(cudaMemcpyAsync(device_inputs, host_inputs, slot.input_bytes, cudaMemcpyHostToDevice,
-                            slot.stream),
-            "H2D");
-      Check(cudaEventRecord(slot.h2d, slot.stream), "record");
-      Check(normsvc::kernels::LaunchForwardWithUploadedTable(&segment, 1, slot.device,
-                                                             slot.table_room, slot.stream),
-            "launch");
-      Check(cudaEventRecord(slot.kernel, slot.stream), "record");
-      Check(cudaMemcpyAsync(host_inputs + slot.input_bytes, device_inputs + slot.input_bytes,
-                            slot.output_bytes, cudaMemcpyDeviceToHost, slot.stream),
-            "D2H");
-      Check(cudaEventRecord(slot.d2h, slot.stream), "record");
+      issue_timed(cudaEventRecordDefault);
       Spin(slot.d2h);
-      float a, b, c;
-      Check(cudaEventElapsedTime(&a, slot.start, slot.h2d), "elapsed");
-      Check(cudaEventElapsedTime(&b, slot.h2d, slot.kernel), "elapsed");
-      Check(cudaEventElapsedTime(&c, slot.kernel, slot.d2h), "elapsed");
+      read_timings();
     } else if (mode == 1) {
       enqueue_work();
       Check(cudaEventRecord(slot.d2h, slot.stream), "record");
       Spin(slot.d2h);
     } else {
       Check(cudaGraphLaunch(graph_exec, slot.stream), "graph launch");
-      Check(cudaEventRecord(slot.d2h, slot.stream), "record");
       Spin(slot.d2h);
+      read_timings();
     }
     unpack();
   };

@@ -7,6 +7,7 @@
 // one batch while the executor keeps serving. Skips, with the reason, where
 // no GPU is visible.
 #include <deque>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -33,7 +34,9 @@ struct Prepared {
   Batch batch;
 };
 
-class GpuExecutorTest : public ::testing::Test {
+// Parameter: GpuExecutorOptions::graph_cache (0, the default: every round
+// call by call; 16: repeated layouts replayed from graphs).
+class GpuExecutorTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     if (VisibleGpuCount() == 0) {
@@ -45,7 +48,7 @@ class GpuExecutorTest : public ::testing::Test {
     options.slots = 2;
     options.staging_bytes = 4 << 20;  // small, so larger requests run in row chunks
     options.max_batch_tasks = 256;
-    options.graph_cache = 16;  // repeated layouts replayed (off by default)
+    options.graph_cache = GetParam();
     absl::StatusOr<std::unique_ptr<Executor>> executor = CreateGpuExecutor(options);
     ASSERT_TRUE(executor.ok()) << executor.status();
     executor_ = *std::move(executor);
@@ -111,7 +114,7 @@ class GpuExecutorTest : public ::testing::Test {
   std::unique_ptr<ParameterStore> store_;
 };
 
-TEST_F(GpuExecutorTest, MixedForwardBatchMatchesTheOracle) {
+TEST_P(GpuExecutorTest, MixedForwardBatchMatchesTheOracle) {
   std::mt19937_64 rng(TestSeed() + 40);
   Prepared p = MixedBatch(rng, 30);
   ASSERT_LE(p.batch.staging_bytes, executor_->max_batch_staging_bytes());  // one round
@@ -126,7 +129,7 @@ TEST_F(GpuExecutorTest, MixedForwardBatchMatchesTheOracle) {
 // segment table, which travels in the inputs' copy. First with the queue
 // empty behind the batch (the thread spins on the GPU), then with requests
 // queued (it sleeps on the end event).
-TEST_F(GpuExecutorTest, ManyTasksOfOnePlanShareOneLaunchAndOneCopy) {
+TEST_P(GpuExecutorTest, ManyTasksOfOnePlanShareOneLaunchAndOneCopy) {
   std::mt19937_64 rng(TestSeed() + 45);
   for (bool more_queued : {false, true}) {
     SCOPED_TRACE(more_queued);
@@ -144,7 +147,7 @@ TEST_F(GpuExecutorTest, ManyTasksOfOnePlanShareOneLaunchAndOneCopy) {
   }
 }
 
-TEST_F(GpuExecutorTest, RequestsLargerThanTheStagingBufferRunInRowChunks) {
+TEST_P(GpuExecutorTest, RequestsLargerThanTheStagingBufferRunInRowChunks) {
   std::mt19937_64 rng(TestSeed() + 41);
   ForwardCase c;
   c.shape = {300, 4096};  // 9.4 MiB in, as much out: several rounds of 4 MiB
@@ -175,7 +178,7 @@ TEST_F(GpuExecutorTest, RequestsLargerThanTheStagingBufferRunInRowChunks) {
   EXPECT_TRUE(CheckBackward(request, gamma.values, response));
 }
 
-TEST_F(GpuExecutorTest, RegisteredParametersAreReadFromDeviceMemory) {
+TEST_P(GpuExecutorTest, RegisteredParametersAreReadFromDeviceMemory) {
   std::mt19937_64 rng(TestSeed() + 42);
   HostTensor gamma = RandomTensor(rng, DType::kF16, {768}, 1.0, 0.25);
   HostTensor beta = RandomTensor(rng, DType::kF16, {768}, 0.0, 0.5);
@@ -192,7 +195,7 @@ TEST_F(GpuExecutorTest, RegisteredParametersAreReadFromDeviceMemory) {
   ExpectAllCorrect(p, executor_->Run(p.batch, 0));
 }
 
-TEST_F(GpuExecutorTest, TwoSlotsRunBatchesConcurrently) {
+TEST_P(GpuExecutorTest, TwoSlotsRunBatchesConcurrently) {
   std::vector<std::thread> threads;
   for (int slot = 0; slot < 2; ++slot) {
     threads.emplace_back([&, slot] {
@@ -207,11 +210,11 @@ TEST_F(GpuExecutorTest, TwoSlotsRunBatchesConcurrently) {
 }
 
 // One layout run again and again on one slot, with fresh inputs each time:
-// the first round is issued call by call, the second captures the layout as
-// a graph and launches it, later ones replay it; every result is the
-// oracle's and every round is timed. A new layout starts over, and the
-// first one is still replayed after it.
-TEST_F(GpuExecutorTest, RepeatedBatchLayoutsReplayCapturedGraphs) {
+// with graphs, the first round is issued call by call, the second captures
+// the layout as a graph and launches it, later ones replay it, a new layout
+// starts over, and the first one is still replayed after it (without, every
+// round is call by call); every result is the oracle's, every round timed.
+TEST_P(GpuExecutorTest, RepeatedBatchLayoutsReplayCapturedGraphs) {
   std::mt19937_64 rng(TestSeed() + 46);
   auto layout = [&](int64_t hidden, bool registered) {
     Prepared p;
@@ -246,13 +249,13 @@ TEST_F(GpuExecutorTest, RepeatedBatchLayoutsReplayCapturedGraphs) {
     Prepared p = layout(round.hidden, round.registered);
     const BatchResult result = executor_->Run(p.batch, 0);
     ExpectAllCorrect(p, result);
-    EXPECT_EQ(result.graph_launches, round.graph_launches);
+    EXPECT_EQ(result.graph_launches, GetParam() > 0 ? round.graph_launches : 0);
     ASSERT_TRUE(result.h2d_seconds && result.kernel_seconds && result.d2h_seconds);
     EXPECT_GT(*result.kernel_seconds, 0);
   }
 }
 
-TEST_F(GpuExecutorTest, InjectedCudaErrorFailsOneBatchAndTheExecutorKeepsServing) {
+TEST_P(GpuExecutorTest, InjectedCudaErrorFailsOneBatchAndTheExecutorKeepsServing) {
   std::mt19937_64 rng(TestSeed() + 44);
   ASSERT_TRUE(InjectGpuFaultForNextBatch(*executor_).ok());
   Prepared failed = MixedBatch(rng, 5);
@@ -268,6 +271,12 @@ TEST_F(GpuExecutorTest, InjectedCudaErrorFailsOneBatchAndTheExecutorKeepsServing
     ExpectAllCorrect(p, executor_->Run(p.batch, slot));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(GraphCache, GpuExecutorTest, ::testing::Values(0, 16),
+                         [](const ::testing::TestParamInfo<int>& cache) {
+                           return cache.param > 0 ? std::string("Graphs")
+                                                  : std::string("CallByCall");
+                         });
 
 TEST(GpuBackendTest, FaultInjectionNeedsAGpuExecutor) {
   class NotGpu final : public Executor {

@@ -91,7 +91,33 @@ TEST(LaunchGraphCacheTest, EvictsTheLeastRecentlyUsedAndDestroysEachGraphOnce) {
   EXPECT_EQ(handles.Destroyed(), 3);
 }
 
-TEST(LaunchGraphCacheTest, AKeyThatFailedToCaptureIsNeverRetried) {
+// Layouts seen once make way for each other, not for a captured graph, even
+// an older one.
+TEST(LaunchGraphCacheTest, KeysBeingCountedAreDroppedBeforeGraphs) {
+  Handles handles;
+  LaunchGraphCache cache(3, 2, handles.Destroyer());
+  bool capture = false;
+  cache.Lookup("steady", &capture);
+  cache.Lookup("steady", &capture);
+  ASSERT_TRUE(capture);
+  const LaunchGraphCache::Handle steady = handles.Make();
+  cache.Insert("steady", steady);
+  for (const char* once : {"x", "y", "z", "w", "v"}) {
+    EXPECT_EQ(cache.Lookup(once, &capture), nullptr);
+    EXPECT_FALSE(capture) << once;
+  }
+  EXPECT_EQ(cache.Lookup("steady", &capture), steady);
+  EXPECT_EQ(handles.Destroyed(), 0);
+  // Kept now: "steady", "w" and "v". "z" was dropped, so seen again it
+  // counts from one (and takes the place of "w", the older of the two).
+  EXPECT_EQ(cache.Lookup("z", &capture), nullptr);
+  EXPECT_FALSE(capture);
+  EXPECT_EQ(cache.Lookup("v", &capture), nullptr);
+  EXPECT_TRUE(capture) << "kept: its second sighting";
+  EXPECT_EQ(cache.graphs(), 1);
+}
+
+TEST(LaunchGraphCacheTest, AKeyThatFailedToCaptureIsNotRetriedWhileKept) {
   Handles handles;
   LaunchGraphCache cache(4, 1, handles.Destroyer());
   bool capture = false;

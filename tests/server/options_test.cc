@@ -162,14 +162,21 @@ TEST(OptionsTest, AutomaticIdleSpinNeedsEightUsableCpus) {
 TEST(OptionsTest, CgroupCpuLimitsAreReadAsWholeCpus) {
   EXPECT_EQ(CpusFromCgroupV2("max 100000\n"), std::nullopt);
   EXPECT_EQ(CpusFromCgroupV2("200000 100000\n"), 2);
-  EXPECT_EQ(CpusFromCgroupV2("150000 100000"), 2);  // 1.5 CPUs: a second one partly
-  EXPECT_EQ(CpusFromCgroupV2("50000 100000"), 1);
+  EXPECT_EQ(CpusFromCgroupV2("150000 100000"), 1);  // 1.5 CPUs keep one thread busy
+  EXPECT_EQ(CpusFromCgroupV2("750000 100000"), 7);
+  EXPECT_EQ(CpusFromCgroupV2("50000 100000"), 1);  // never below one
   EXPECT_EQ(CpusFromCgroupV2("1600000 100000"), 16);
-  EXPECT_EQ(CpusFromCgroupV2(""), std::nullopt);  // no such file
+  EXPECT_EQ(CpusFromCgroupV2("17592186044415 1000"), 2147483647);  // saturates
+  EXPECT_EQ(CpusFromCgroupV2(""), std::nullopt);                   // no such file
   EXPECT_EQ(CpusFromCgroupV2("nonsense"), std::nullopt);
   EXPECT_EQ(CpusFromCgroupV1("-1\n", "100000\n"), std::nullopt);
   EXPECT_EQ(CpusFromCgroupV1("400000\n", "100000\n"), 4);
   EXPECT_EQ(CpusFromCgroupV1("", ""), std::nullopt);
+  EXPECT_EQ(CgroupPathAndParents("/kubepods/pod1/c2"),
+            (std::vector<std::string>{"/kubepods/pod1/c2", "/kubepods/pod1", "/kubepods", "/"}));
+  EXPECT_EQ(CgroupPathAndParents("/a/"), (std::vector<std::string>{"/a", "/"}));
+  EXPECT_EQ(CgroupPathAndParents("/"), (std::vector<std::string>{"/"}));
+  EXPECT_EQ(CgroupPathAndParents(""), (std::vector<std::string>{"/"}));
   const int usable = UsableCpus();
   EXPECT_GE(usable, 1);
   EXPECT_LE(usable, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
