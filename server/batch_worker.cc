@@ -48,9 +48,6 @@ BatchResult ExecuteBatch(Executor& executor, const DeviceMetrics& metrics, const
   if (result.kernel_bytes > 0) {
     metrics.processed_bytes->Increment(static_cast<double>(result.kernel_bytes));
   }
-  if (result.graph_launches > 0) {
-    metrics.graph_launches->Increment(static_cast<double>(result.graph_launches));
-  }
   return result;
 }
 

@@ -28,8 +28,7 @@ struct BatchResult {
   std::optional<double> h2d_seconds;
   std::optional<double> kernel_seconds;
   std::optional<double> d2h_seconds;
-  int64_t kernel_bytes = 0;    // bytes the kernels read and wrote
-  int64_t graph_launches = 0;  // rounds replayed from a captured CUDA graph (GPU executor)
+  int64_t kernel_bytes = 0;  // bytes the kernels read and wrote
   // The wall-clock interval of Executor::Run, stamped by the batch worker
   // (ExecuteBatch), not by the executor.
   absl::Time run_started_at;

@@ -21,8 +21,6 @@ struct GpuExecutorOptions {
   int64_t staging_bytes = int64_t{128} << 20;  // pinned host and device bytes per slot
   int64_t max_batch_tasks = 4096;              // segment table capacity
   GpuWait wait = GpuWait::kAuto;
-  // Forward round layouts replayed as CUDA graphs, per slot (launch_graph_cache.h); 0: none.
-  int graph_cache = 0;
 };
 
 // True when this build contains the GPU executor.

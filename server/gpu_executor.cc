@@ -75,14 +75,6 @@ absl::Status GpuExecutor::Initialize() {
     // cudaEventQuery instead when the batch should not.
     NORMSVC_CUDA_TRY(cudaEventCreateWithFlags(&slot.d2h, cudaEventBlockingSync));
     slot.segments.reserve(static_cast<std::size_t>(options_.max_batch_tasks));
-    if (options_.graph_cache > 0) {
-      // A layout is captured on its second sighting: one-off layouts never
-      // pay for a capture.
-      slot.graphs = std::make_unique<LaunchGraphCache>(
-          options_.graph_cache, /*sightings_to_capture=*/2, [](LaunchGraphCache::Handle graph) {
-            cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
-          });
-    }
     device_.device_buffer_bytes += static_cast<int64_t>(staging + slot.table_bytes);
   }
   MeasureCopyBandwidth();
@@ -93,7 +85,6 @@ GpuExecutor::~GpuExecutor() {
   cudaSetDevice(options_.device);
   for (Slot& slot : slots_) {
     if (slot.stream != nullptr) cudaStreamSynchronize(slot.stream);
-    slot.graphs.reset();  // destroys its graphs, none of which is running
     for (cudaEvent_t event : {slot.start, slot.h2d, slot.kernel, slot.d2h}) {
       if (event != nullptr) cudaEventDestroy(event);
     }
@@ -157,7 +148,6 @@ BatchResult GpuExecutor::Run(const Batch& batch, int slot_index) {
     result.kernel_seconds = timings.kernel;
     result.d2h_seconds = timings.d2h;
     result.kernel_bytes = batch.input_bytes + batch.output_bytes;
-    result.graph_launches = timings.graph_launches;
   }
   return result;
 }
@@ -218,53 +208,6 @@ void GpuExecutor::Recover(Slot& slot) {
     Log(LogLevel::kError, device_.label, ": unrecoverable CUDA error (", cudaGetErrorString(first),
         "); no more batches are routed to this device");
   }
-}
-
-cudaGraphExec_t GpuExecutor::RoundGraph(Slot& slot, const std::string& key,
-                                        const std::function<absl::Status()>& issue) {
-  bool capture = false;
-  if (LaunchGraphCache::Handle found = slot.graphs->Lookup(key, &capture)) {
-    return static_cast<cudaGraphExec_t>(found);
-  }
-  if (!capture) return nullptr;
-  // Thread-local capture: other threads' calls (another slot's round) go on
-  // as usual; nothing runs while capturing, the graph runs when launched.
-  const cudaError_t began = cudaStreamBeginCapture(slot.stream, cudaStreamCaptureModeThreadLocal);
-  if (began != cudaSuccess) {
-    cudaGetLastError();
-    slot.graphs->MarkUncapturable(key);
-    LogCaptureFailure(cudaGetErrorString(began));
-    return nullptr;
-  }
-  const absl::Status issued = issue();
-  cudaGraph_t graph = nullptr;
-  const cudaError_t ended = cudaStreamEndCapture(slot.stream, &graph);
-  cudaGraphExec_t exec = nullptr;
-  cudaError_t instantiated = cudaErrorUnknown;
-  if (issued.ok() && ended == cudaSuccess && graph != nullptr) {
-    instantiated = cudaGraphInstantiate(&exec, graph, 0);
-  }
-  if (graph != nullptr) cudaGraphDestroy(graph);
-  if (instantiated == cudaSuccess) {
-    slot.graphs->Insert(key, exec);
-    return exec;
-  }
-  cudaGetLastError();  // a failed capture leaves no sticky error: the round runs call by call
-  if (!issued.ok()) {
-    // Not the capture's fault (a launch the kernels refused): issued call by
-    // call, the round reports the same error; the key may capture later.
-    return nullptr;
-  }
-  slot.graphs->MarkUncapturable(key);
-  LogCaptureFailure(cudaGetErrorString(ended != cudaSuccess ? ended : instantiated));
-  return nullptr;
-}
-
-void GpuExecutor::LogCaptureFailure(const char* why) {
-  if (capture_failure_logged_.exchange(true)) return;
-  Log(LogLevel::kWarning, device_.label,
-      ": a batch layout could not be captured or replayed as a CUDA graph (", why,
-      "); such batches run call by call (logged once)");
 }
 
 absl::Status GpuExecutor::RunRound(std::span<const TaskSlice> slices, Slot& slot, Timings* timings,
@@ -352,16 +295,20 @@ absl::Status GpuExecutor::RunRound(std::span<const TaskSlice> slices, Slot& slot
   }
   const std::size_t copy_before = table_bytes > 0 ? table_room : 0;
 
-  // The round's operations on the slot's stream: one H2D copy (the table
-  // and the inputs), the launch, one D2H copy, and the timing events around
-  // them (`event_flags`: cudaEventRecordExternal while capturing, so that
-  // a replayed graph records them too).
-  auto issue = [&](unsigned int event_flags) -> absl::Status {
-    NORMSVC_CUDA_TRY(cudaEventRecordWithFlags(slot.start, slot.stream, event_flags));
+  // One H2D copy (the table and the inputs), the launch, one D2H copy, on
+  // the slot's stream.
+  auto enqueue = [&]() -> absl::Status {
+    if (inject_fault_.exchange(false)) {
+      // Test hook: a copy with an invalid direction fails inside the CUDA
+      // runtime, exactly where a real copy error would.
+      NORMSVC_CUDA_TRY(
+          cudaMemcpyAsync(slot.device, slot.host, 1, static_cast<cudaMemcpyKind>(99), slot.stream));
+    }
+    NORMSVC_CUDA_TRY(cudaEventRecord(slot.start, slot.stream));
     NORMSVC_CUDA_TRY(cudaMemcpyAsync(slot.device - copy_before, slot.host - copy_before,
                                      copy_before + plan.input_bytes, cudaMemcpyHostToDevice,
                                      slot.stream));
-    NORMSVC_CUDA_TRY(cudaEventRecordWithFlags(slot.h2d, slot.stream, event_flags));
+    NORMSVC_CUDA_TRY(cudaEventRecord(slot.h2d, slot.stream));
     const kernels::Status launched =
         backward ? kernels::LaunchBackward(backward_args, slot.backward_workspace,
                                            slot.backward_workspace_bytes, slot.stream)
@@ -371,42 +318,11 @@ absl::Status GpuExecutor::RunRound(std::span<const TaskSlice> slices, Slot& slot
     if (!launched.ok()) {
       return absl::InternalError(absl::StrCat(device_.label, ": launch: ", launched.message()));
     }
-    NORMSVC_CUDA_TRY(cudaEventRecordWithFlags(slot.kernel, slot.stream, event_flags));
+    NORMSVC_CUDA_TRY(cudaEventRecord(slot.kernel, slot.stream));
     NORMSVC_CUDA_TRY(cudaMemcpyAsync(slot.host + plan.input_bytes, slot.device + plan.input_bytes,
                                      plan.total_bytes - plan.input_bytes, cudaMemcpyDeviceToHost,
                                      slot.stream));
-    NORMSVC_CUDA_TRY(cudaEventRecordWithFlags(slot.d2h, slot.stream, event_flags));
-    return absl::OkStatus();
-  };
-  auto enqueue = [&]() -> absl::Status {
-    if (inject_fault_.exchange(false)) {
-      // Test hook: a copy with an invalid direction fails inside the CUDA
-      // runtime, exactly where a real copy error would.
-      NORMSVC_CUDA_TRY(
-          cudaMemcpyAsync(slot.device, slot.host, 1, static_cast<cudaMemcpyKind>(99), slot.stream));
-    }
-    cudaGraphExec_t graph = nullptr;
-    std::string key;
-    if (slot.graphs != nullptr && !backward && segment_count <= kMaxGraphSegments) {
-      key = ForwardRoundKey(slot.segments, copy_before, plan.input_bytes, plan.total_bytes);
-      graph = RoundGraph(slot, key, [&] { return issue(cudaEventRecordExternal); });
-    }
-    if (graph != nullptr) {
-      if (const cudaError_t launched = cudaGraphLaunch(graph, slot.stream);
-          launched == cudaSuccess) {
-        ++timings->graph_launches;
-      } else {
-        // Nothing of the graph was queued: drop it (never replayed again)
-        // and issue this round call by call.
-        cudaGetLastError();
-        slot.graphs->MarkUncapturable(key);
-        LogCaptureFailure(cudaGetErrorString(launched));
-        graph = nullptr;
-      }
-    }
-    if (graph == nullptr) {
-      if (absl::Status issued = issue(cudaEventRecordDefault); !issued.ok()) return issued;
-    }
+    NORMSVC_CUDA_TRY(cudaEventRecord(slot.d2h, slot.stream));
     NORMSVC_CUDA_TRY(WaitForRound(slot));
     float h2d_ms = 0, kernel_ms = 0, d2h_ms = 0;
     NORMSVC_CUDA_TRY(cudaEventElapsedTime(&h2d_ms, slot.start, slot.h2d));

@@ -11,12 +11,6 @@
 // chunk partials, if chunked, are summed on the host in chunk order, so results stay
 // deterministic).
 //
-// With GpuExecutorOptions::graph_cache (off by default), a forward round
-// whose layout repeats (launch_graph_cache.h: the same staging offsets and
-// segments, as steady traffic of one shape gives) is captured once as a
-// CUDA graph of its copies, launch and timing events and then replayed with
-// one call.
-//
 // Registered parameters are uploaded once (Upload) and referenced by device
 // pointer. CUDA errors become INTERNAL statuses for the batch; the slot's
 // stream is synchronized and the error cleared, and the executor keeps
@@ -25,16 +19,13 @@
 #pragma once
 
 #include <atomic>
-#include <functional>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
 
 #include "server/executor.h"
 #include "server/gpu_backend.h"
-#include "server/launch_graph_cache.h"
 #include "server/staging_layout.h"
 
 namespace normsvc::server {
@@ -69,11 +60,9 @@ class GpuExecutor final : public Executor {
     cudaEvent_t d2h = nullptr;  // the round's end; created with cudaEventBlockingSync
     bool block = false;         // this batch sleeps on d2h instead of spinning (GpuWait)
     std::vector<kernels::ForwardSegment> segments;  // reused
-    std::unique_ptr<LaunchGraphCache> graphs;       // null: graphs off
   };
   struct Timings {
     double h2d = 0, kernel = 0, d2h = 0;
-    int64_t graph_launches = 0;  // rounds replayed from a graph
   };
   // Sums of dgamma/dbeta over the chunks of one backward task.
   struct GradientSums {
@@ -93,23 +82,12 @@ class GpuExecutor final : public Executor {
   // slot.block, else spinning on cudaEventQuery.
   static cudaError_t WaitForRound(const Slot& slot);
   void MeasureCopyBandwidth();
-  // The round's graph from the slot's cache, captured now if its layout has
-  // repeated enough; null when the round is to be issued call by call.
-  cudaGraphExec_t RoundGraph(Slot& slot, const std::string& key,
-                             const std::function<absl::Status()>& issue);
-  // Logs a graph that could not be captured or launched (the first one only).
-  void LogCaptureFailure(const char* why);
-  // Rounds of more segments run call by call: their keys (about 120 bytes a
-  // segment) would make the cache hold megabytes, and such batches rarely
-  // repeat.
-  static constexpr int kMaxGraphSegments = 64;
 
   const GpuExecutorOptions options_;
   DeviceDescription device_;
   std::vector<Slot> slots_;
   std::atomic<bool> healthy_{true};
   std::atomic<bool> inject_fault_{false};
-  std::atomic<bool> capture_failure_logged_{false};
 };
 
 }  // namespace normsvc::server

@@ -127,11 +127,6 @@ ServiceMetrics::ServiceMetrics(const std::vector<std::string>& device_labels,
                         .Name("normsvc_processed_bytes_total")
                         .Help("Bytes read and written by the kernels")
                         .Register(*registry_);
-  auto& graph_launches =
-      BuildCounter()
-          .Name("normsvc_graph_launches_total")
-          .Help("Batch rounds replayed from a captured CUDA graph (--cuda_graph_cache)")
-          .Register(*registry_);
   auto& bandwidth = histogram("normsvc_kernel_bandwidth_bytes_per_second",
                               "Bytes read and written per second of kernel time, per batch");
   auto& copy_bandwidth = gauge("normsvc_device_copy_bandwidth_bytes_per_second",
@@ -149,7 +144,6 @@ ServiceMetrics::ServiceMetrics(const std::vector<std::string>& device_labels,
     d.pending_rows = &pending_rows.Add(labels);
     d.batches_in_flight = &in_flight.Add(labels);
     d.processed_bytes = &processed.Add(labels);
-    d.graph_launches = &graph_launches.Add(labels);
     d.kernel_bandwidth = &bandwidth.Add(labels, PowersOfTwo(1e8, 18));
     d.copy_bandwidth = &copy_bandwidth.Add(labels);
     devices_.push_back(d);

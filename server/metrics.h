@@ -61,7 +61,6 @@ struct DeviceMetrics {
   prometheus::Gauge* pending_rows = nullptr;
   prometheus::Gauge* batches_in_flight = nullptr;
   prometheus::Counter* processed_bytes = nullptr;
-  prometheus::Counter* graph_launches = nullptr;
   prometheus::Histogram* kernel_bandwidth = nullptr;
   prometheus::Gauge* copy_bandwidth = nullptr;
 };

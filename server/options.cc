@@ -150,11 +150,6 @@ std::vector<FlagSpec> Flags() {
                             "limit) it slows every request (0: off; -1: 500 where the process "
                             "may use 8 or more CPUs, its affinity and cgroup CPU limit counted, "
                             "else off)"));
-  flags.push_back(Int64Flag("cuda_graph_cache", &ServerOptions::cuda_graph_cache,
-                            "batch layouts per batch slot kept as CUDA graphs: a layout seen "
-                            "twice (steady traffic of one shape) is captured and replayed with "
-                            "one call instead of seven; each capture costs a graph "
-                            "instantiation (0: off; at most 1024)"));
   flags.push_back(Int64Flag("max_queued_bytes", &ServerOptions::max_queued_bytes,
                             "request + response bytes accepted and not yet answered, per server, "
                             "before RESOURCE_EXHAUSTED"));
@@ -270,7 +265,6 @@ absl::Status ValidateOptions(const ServerOptions& o) {
            at_least("max_batch_bytes", o.max_batch_bytes, 1),
            at_least("max_queue_delay_us", o.max_queue_delay_us, 0),
            at_least("idle_spin_us", o.idle_spin_us, -1),
-           at_least("cuda_graph_cache", o.cuda_graph_cache, 0),
            at_least("reply_threads", o.reply_threads, -1),
            at_least("max_queue_size", o.max_queue_size, 1),
            at_least("max_queued_bytes", o.max_queued_bytes, 1),
@@ -296,10 +290,6 @@ absl::Status ValidateOptions(const ServerOptions& o) {
   if (o.reply_threads > 256) {
     return absl::InvalidArgumentError(
         absl::StrCat("--reply_threads must be <= 256, got ", o.reply_threads));
-  }
-  if (o.cuda_graph_cache > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--cuda_graph_cache must be <= 1024, got ", o.cuda_graph_cache));
   }
   if (o.max_hidden_size > kernels::kMaxHidden) {
     return absl::InvalidArgumentError(absl::StrCat(

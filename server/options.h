@@ -51,7 +51,6 @@ struct ServerOptions {
   // One idle worker polls this long before sleeping (0: off; -1: auto,
   // ResolveIdleSpinUs).
   int64_t idle_spin_us = -1;
-  int64_t cuda_graph_cache = 0;  // batch layouts per slot replayed as CUDA graphs (0: off)
   GpuWait gpu_wait = GpuWait::kAuto;
   // Threads that send a batch's replies beside the thread that ran it
   // (-1: a quarter of the CPUs the process may use, 2 to 8; 0: that thread sends them all;

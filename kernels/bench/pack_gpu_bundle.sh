@@ -23,7 +23,8 @@
 set -euo pipefail
 build=${1:?usage: pack_gpu_bundle.sh BUILD_DIR [DEST]}
 dest=${2:-.gpu}
-binaries=(kernels/bench/norm_bench kernels/bench/plan_occupancy tests/kernels/kernels_gpu_test
+binaries=(kernels/bench/norm_bench kernels/bench/plan_occupancy kernels/bench/round_trip_bench
+          tests/kernels/kernels_gpu_test
           tests/server/server_test server/normsvc client/normload client/normsvc_echo)
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT

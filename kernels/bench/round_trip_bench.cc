@@ -8,9 +8,10 @@
 //   timed    the executor's way: events before and after each of the three
 //            operations (its per-stage metrics) and their elapsed times read
 //   untimed  the same three operations and only the end event
-//   graph    the executor's replay (--cuda_graph_cache): the three operations
-//            and the four events captured once as a CUDA graph (the events
-//            as external records), replayed, and the elapsed times read
+//   graph    the three operations and the four events captured once as a
+//            CUDA graph (the events as external records), replayed, and the
+//            elapsed times read: what a replay that kept the per-stage
+//            metrics would cost (server/README.md: slower than the calls)
 //
 //   round_trip_bench [--rows N] [--hidden H] [--iterations N] [--json PATH]
 //

@@ -9,7 +9,6 @@ COUNTERS = {
     "normsvc_requests_total",
     "normsvc_request_rows_total",
     "normsvc_processed_bytes_total",
-    "normsvc_graph_launches_total",
     "normsvc_rejected_requests_total",
     "normsvc_heap_releases_total",
     "normsvc_heap_released_bytes_total",

@@ -65,7 +65,7 @@ full_filter=${CS_KERNEL_FILTER_FULL:-*}
 # One forward and one backward dtype of each op, the option and special-row
 # tests, and the mixed batch: every kernel family, at a fraction of the time.
 reduced_filter=${CS_KERNEL_FILTER_REDUCED:-*ForwardMatrix*layer*bf16*:*ForwardMatrix*rms*f32*:*BackwardMatrix*layer*f16*:*BackwardMatrix*rms*bf16*:ForwardOptions.*:ForwardSpecialRows.*:ForwardBatchInvariance.MixedLaunch*:BackwardArguments.*:ForwardArguments.*}
-server_filter=${CS_SERVER_FILTER:-*GpuExecutorTest.*:GpuBackend*:GpuMetrics*:*cuda*}
+server_filter=${CS_SERVER_FILTER:-GpuExecutor*:GpuBackend*:GpuMetrics*:*cuda*}
 server_timeout=${CS_SERVER_TIMEOUT:-60}
 all_clean=1
 
@@ -112,7 +112,7 @@ else
   # The fault-injection test makes a CUDA call fail on purpose (memcheck reports
   # that call and the cudaGetLastError that clears it): left out of memcheck,
   # kept in racecheck.
-  run memcheck "$server_test" "$server_filter:-*GpuExecutorTest.InjectedCudaError*" "$server_timeout" \
+  run memcheck "$server_test" "$server_filter:-GpuExecutorTest.InjectedCudaError*" "$server_timeout" \
     --leak-check full
   run racecheck "$kernels_test" "$reduced_filter" "${CS_TIMEOUT_RACECHECK:-120}" \
     --racecheck-report all

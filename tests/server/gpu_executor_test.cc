@@ -2,12 +2,10 @@
 // oracle, a full batch of one configuration (its segment table in the
 // inputs' copy; spinning and sleeping waits), row-chunked requests larger
 // than the staging buffer, registered
-// parameters in device memory, two slots at once, repeated batch layouts
-// replayed from captured CUDA graphs, and an injected CUDA error that fails
-// one batch while the executor keeps serving. Skips, with the reason, where
-// no GPU is visible.
+// parameters in device memory, two slots at once, and an injected CUDA
+// error that fails one batch while the executor keeps serving. Skips, with
+// the reason, where no GPU is visible.
 #include <deque>
-#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -34,9 +32,7 @@ struct Prepared {
   Batch batch;
 };
 
-// Parameter: GpuExecutorOptions::graph_cache (0, the default: every round
-// call by call; 16: repeated layouts replayed from graphs).
-class GpuExecutorTest : public ::testing::TestWithParam<int> {
+class GpuExecutorTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (VisibleGpuCount() == 0) {
@@ -48,7 +44,6 @@ class GpuExecutorTest : public ::testing::TestWithParam<int> {
     options.slots = 2;
     options.staging_bytes = 4 << 20;  // small, so larger requests run in row chunks
     options.max_batch_tasks = 256;
-    options.graph_cache = GetParam();
     absl::StatusOr<std::unique_ptr<Executor>> executor = CreateGpuExecutor(options);
     ASSERT_TRUE(executor.ok()) << executor.status();
     executor_ = *std::move(executor);
@@ -109,12 +104,11 @@ class GpuExecutorTest : public ::testing::TestWithParam<int> {
 
   RequestLimits limits_;
   NullSink sink_;
-  HostTensor gamma_, beta_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<ParameterStore> store_;
 };
 
-TEST_P(GpuExecutorTest, MixedForwardBatchMatchesTheOracle) {
+TEST_F(GpuExecutorTest, MixedForwardBatchMatchesTheOracle) {
   std::mt19937_64 rng(TestSeed() + 40);
   Prepared p = MixedBatch(rng, 30);
   ASSERT_LE(p.batch.staging_bytes, executor_->max_batch_staging_bytes());  // one round
@@ -129,7 +123,7 @@ TEST_P(GpuExecutorTest, MixedForwardBatchMatchesTheOracle) {
 // segment table, which travels in the inputs' copy. First with the queue
 // empty behind the batch (the thread spins on the GPU), then with requests
 // queued (it sleeps on the end event).
-TEST_P(GpuExecutorTest, ManyTasksOfOnePlanShareOneLaunchAndOneCopy) {
+TEST_F(GpuExecutorTest, ManyTasksOfOnePlanShareOneLaunchAndOneCopy) {
   std::mt19937_64 rng(TestSeed() + 45);
   for (bool more_queued : {false, true}) {
     SCOPED_TRACE(more_queued);
@@ -147,7 +141,7 @@ TEST_P(GpuExecutorTest, ManyTasksOfOnePlanShareOneLaunchAndOneCopy) {
   }
 }
 
-TEST_P(GpuExecutorTest, RequestsLargerThanTheStagingBufferRunInRowChunks) {
+TEST_F(GpuExecutorTest, RequestsLargerThanTheStagingBufferRunInRowChunks) {
   std::mt19937_64 rng(TestSeed() + 41);
   ForwardCase c;
   c.shape = {300, 4096};  // 9.4 MiB in, as much out: several rounds of 4 MiB
@@ -178,7 +172,7 @@ TEST_P(GpuExecutorTest, RequestsLargerThanTheStagingBufferRunInRowChunks) {
   EXPECT_TRUE(CheckBackward(request, gamma.values, response));
 }
 
-TEST_P(GpuExecutorTest, RegisteredParametersAreReadFromDeviceMemory) {
+TEST_F(GpuExecutorTest, RegisteredParametersAreReadFromDeviceMemory) {
   std::mt19937_64 rng(TestSeed() + 42);
   HostTensor gamma = RandomTensor(rng, DType::kF16, {768}, 1.0, 0.25);
   HostTensor beta = RandomTensor(rng, DType::kF16, {768}, 0.0, 0.5);
@@ -195,7 +189,7 @@ TEST_P(GpuExecutorTest, RegisteredParametersAreReadFromDeviceMemory) {
   ExpectAllCorrect(p, executor_->Run(p.batch, 0));
 }
 
-TEST_P(GpuExecutorTest, TwoSlotsRunBatchesConcurrently) {
+TEST_F(GpuExecutorTest, TwoSlotsRunBatchesConcurrently) {
   std::vector<std::thread> threads;
   for (int slot = 0; slot < 2; ++slot) {
     threads.emplace_back([&, slot] {
@@ -209,53 +203,7 @@ TEST_P(GpuExecutorTest, TwoSlotsRunBatchesConcurrently) {
   for (auto& thread : threads) thread.join();
 }
 
-// One layout run again and again on one slot, with fresh inputs each time:
-// with graphs, the first round is issued call by call, the second captures
-// the layout as a graph and launches it, later ones replay it, a new layout
-// starts over, and the first one is still replayed after it (without, every
-// round is call by call); every result is the oracle's, every round timed.
-TEST_P(GpuExecutorTest, RepeatedBatchLayoutsReplayCapturedGraphs) {
-  std::mt19937_64 rng(TestSeed() + 46);
-  auto layout = [&](int64_t hidden, bool registered) {
-    Prepared p;
-    for (int i = 0; i < 3; ++i) {
-      ForwardCase c;
-      c.shape = {1 + i, hidden};
-      c.return_statistics = i == 1;
-      c.inline_gamma = c.inline_beta = !registered;
-      ForwardRequest made = MakeForwardRequest(rng, c, i);
-      if (registered) {
-        made.request.mutable_parameters()->set_name("graph");
-        made.gamma = gamma_.values;
-        made.beta = beta_.values;
-      }
-      Add(p, std::move(made));
-    }
-    return p;
-  };
-  gamma_ = RandomTensor(rng, DType::kF32, {4096}, 1.0, 0.25);
-  beta_ = RandomTensor(rng, DType::kF32, {4096}, 0.0, 0.5);
-  ASSERT_TRUE(store_->Register("graph", 4096, DType::kF32, gamma_.bytes, beta_.bytes, false).ok());
-  struct Round {
-    int64_t hidden;
-    bool registered;
-    int64_t graph_launches;
-  };
-  for (const Round& round :
-       {Round{4096, false, 0}, Round{4096, false, 1}, Round{4096, false, 1}, Round{4096, false, 1},
-        Round{4096, true, 0}, Round{4096, true, 1}, Round{1000, false, 0}, Round{4096, false, 1}}) {
-    SCOPED_TRACE(::testing::Message()
-                 << "hidden " << round.hidden << ", registered " << round.registered);
-    Prepared p = layout(round.hidden, round.registered);
-    const BatchResult result = executor_->Run(p.batch, 0);
-    ExpectAllCorrect(p, result);
-    EXPECT_EQ(result.graph_launches, GetParam() > 0 ? round.graph_launches : 0);
-    ASSERT_TRUE(result.h2d_seconds && result.kernel_seconds && result.d2h_seconds);
-    EXPECT_GT(*result.kernel_seconds, 0);
-  }
-}
-
-TEST_P(GpuExecutorTest, InjectedCudaErrorFailsOneBatchAndTheExecutorKeepsServing) {
+TEST_F(GpuExecutorTest, InjectedCudaErrorFailsOneBatchAndTheExecutorKeepsServing) {
   std::mt19937_64 rng(TestSeed() + 44);
   ASSERT_TRUE(InjectGpuFaultForNextBatch(*executor_).ok());
   Prepared failed = MixedBatch(rng, 5);
@@ -271,12 +219,6 @@ TEST_P(GpuExecutorTest, InjectedCudaErrorFailsOneBatchAndTheExecutorKeepsServing
     ExpectAllCorrect(p, executor_->Run(p.batch, slot));
   }
 }
-
-INSTANTIATE_TEST_SUITE_P(GraphCache, GpuExecutorTest, ::testing::Values(0, 16),
-                         [](const ::testing::TestParamInfo<int>& cache) {
-                           return cache.param > 0 ? std::string("Graphs")
-                                                  : std::string("CallByCall");
-                         });
 
 TEST(GpuBackendTest, FaultInjectionNeedsAGpuExecutor) {
   class NotGpu final : public Executor {

@@ -42,7 +42,6 @@ TEST(OptionsTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(o.max_parameter_bytes, 1073741824);
   EXPECT_EQ(o.batches_in_flight, 2);
   EXPECT_EQ(o.idle_spin_us, -1);
-  EXPECT_EQ(o.cuda_graph_cache, 0);
   EXPECT_EQ(o.staging_buffer_bytes, 134217728);
   EXPECT_EQ(o.keepalive_time_ms, 30000);
   EXPECT_EQ(o.keepalive_timeout_ms, 10000);
@@ -92,7 +91,6 @@ TEST(OptionsTest, HelpListsEveryFlagWithItsEnvironmentVariableAndDefault) {
                            "max_parameter_bytes",
                            "batches_in_flight",
                            "idle_spin_us",
-                           "cuda_graph_cache",
                            "reply_threads",
                            "gpu_wait",
                            "staging_buffer_bytes",
@@ -132,8 +130,6 @@ TEST(OptionsTest, BadValuesAreErrorsNamingTheFlagOrVariable) {
       {{"--gpu_wait=poll"}, {}, "--gpu_wait: 'poll' is not one of auto, spin, block"},
       {{"--reply_threads=257"}, {}, "--reply_threads must be <= 256"},
       {{"--idle_spin_us=-2"}, {}, "--idle_spin_us must be >= -1"},
-      {{"--cuda_graph_cache=-1"}, {}, "--cuda_graph_cache must be >= 0"},
-      {{}, {{"NORMSVC_CUDA_GRAPH_CACHE", "1025"}}, "--cuda_graph_cache must be <= 1024"},
       {{"--max_hidden_size=2000000"}, {}, "--max_hidden_size must be <= 1048576"},
       {{"--log_level=loud"}, {}, "--log_level: 'loud'"},
       {{"--drain_timeout_s"}, {}, "--drain_timeout_s needs a value"},
