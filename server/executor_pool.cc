@@ -1,10 +1,10 @@
 #include "server/executor_pool.h"
 
-#include "server/usable_cpus.h"
-
 #include <algorithm>
 #include <limits>
 #include <thread>
+
+#include "server/usable_cpus.h"
 
 namespace normsvc::server {
 namespace {

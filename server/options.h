@@ -53,8 +53,8 @@ struct ServerOptions {
   int64_t idle_spin_us = -1;
   GpuWait gpu_wait = GpuWait::kAuto;
   // Threads that send a batch's replies beside the thread that ran it
-  // (-1: a quarter of the CPUs the process may use, 2 to 8; 0: that thread sends them all;
-  // at most 256).
+  // (-1: a quarter of the CPUs the process may use, 2 to 8; 0: that thread
+  // sends them all; at most 256).
   int64_t reply_threads = -1;
 
   // Memory bounds.

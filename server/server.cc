@@ -105,10 +105,6 @@ v1::GetServerInfoResponse MakeServerInfo(const ServerOptions& o, const std::stri
   return info;
 }
 
-}  // namespace
-
-namespace {
-
 // The options with their automatic values resolved for this host
 // (--idle_spin_us=-1); invalid values stay, for ValidateOptions to refuse.
 ServerOptions ResolveAutomaticOptions(ServerOptions options) {
