@@ -67,22 +67,26 @@ std::optional<int> CpusFromCgroupV1(absl::string_view quota_us, absl::string_vie
 
 namespace {
 
-// The process's cgroup path in the v2 hierarchy ("0::/path") or in the v1
-// hierarchy that holds the cpu controller ("4:cpu,cpuacct:/path"), from
-// /proc/self/cgroup; "/" (the mount point) in a container with its own
-// cgroup namespace, or when the file is missing.
-std::string CgroupPath(bool v2) {
+// The process's cgroup paths, from /proc/self/cgroup: in the v2 hierarchy
+// ("0::/path") and in the v1 hierarchy that holds the cpu controller
+// ("4:cpu,cpuacct:/path"); "/" (the mount point) in a container with its
+// own cgroup namespace, or where the line or the file is missing.
+struct CgroupPaths {
+  std::string v2 = "/";
+  std::string v1_cpu = "/";
+};
+
+CgroupPaths ReadCgroupPaths() {
+  CgroupPaths paths;
   for (absl::string_view line : absl::StrSplit(ReadSmallFile("/proc/self/cgroup"), '\n')) {
     std::vector<absl::string_view> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
     if (parts.size() != 3) continue;
-    if (v2 && parts[0] == "0" && parts[1].empty()) return std::string(parts[2]);
-    if (!v2) {
-      for (absl::string_view controller : absl::StrSplit(parts[1], ',')) {
-        if (controller == "cpu") return std::string(parts[2]);
-      }
+    if (parts[0] == "0" && parts[1].empty()) paths.v2 = std::string(parts[2]);
+    for (absl::string_view controller : absl::StrSplit(parts[1], ',')) {
+      if (controller == "cpu") paths.v1_cpu = std::string(parts[2]);
     }
   }
-  return "/";
+  return paths;
 }
 
 }  // namespace
@@ -109,12 +113,13 @@ int UsableCpus() {
   auto tighten = [&limit](std::optional<int> found) {
     if (found && (!limit || *found < *limit)) limit = found;
   };
-  for (const std::string& path : CgroupPathAndParents(CgroupPath(true))) {
-    const std::string dir = path == "/" ? "/sys/fs/cgroup" : "/sys/fs/cgroup" + path;
+  const CgroupPaths cgroup = ReadCgroupPaths();
+  for (const std::string& path : CgroupPathAndParents(cgroup.v2)) {
+    const std::string dir = "/sys/fs/cgroup" + (path == "/" ? std::string() : path);
     tighten(CpusFromCgroupV2(ReadSmallFile((dir + "/cpu.max").c_str())));
   }
-  for (const std::string& path : CgroupPathAndParents(CgroupPath(false))) {
-    const std::string dir = path == "/" ? "/sys/fs/cgroup/cpu" : "/sys/fs/cgroup/cpu" + path;
+  for (const std::string& path : CgroupPathAndParents(cgroup.v1_cpu)) {
+    const std::string dir = "/sys/fs/cgroup/cpu" + (path == "/" ? std::string() : path);
     tighten(CpusFromCgroupV1(ReadSmallFile((dir + "/cpu.cfs_quota_us").c_str()),
                              ReadSmallFile((dir + "/cpu.cfs_period_us").c_str())));
   }

@@ -12,7 +12,8 @@
 
 namespace normsvc::server {
 
-// At least 1. Read once per call (a few small files); callers cache it.
+// At least 1. Read from the system at each call (a few small files): its
+// callers size things once, at start-up.
 int UsableCpus();
 
 // Whole CPUs granted by a cgroup v2 `cpu.max` line ("max 100000": none;

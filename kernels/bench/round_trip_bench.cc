@@ -152,41 +152,32 @@ int main(int argc, char** argv) {
   auto unpack = [&] {
     std::memcpy(reply.data(), host_inputs + slot.input_bytes, slot.output_bytes);
   };
-  auto enqueue_work = [&] {
-    Check(cudaMemcpyAsync(device_inputs, host_inputs, slot.input_bytes, cudaMemcpyHostToDevice,
-                          slot.stream),
-          "H2D");
-    Check(normsvc::kernels::LaunchForwardWithUploadedTable(&segment, 1, slot.device,
-                                                           slot.table_room, slot.stream),
-          "launch");
-    Check(cudaMemcpyAsync(host_inputs + slot.input_bytes, device_inputs + slot.input_bytes,
-                          slot.output_bytes, cudaMemcpyDeviceToHost, slot.stream),
-          "D2H");
-  };
-
   struct Mode {
     const char* name;
     std::vector<double> micros;
   };
   std::vector<Mode> modes = {{"timed", {}}, {"untimed", {}}, {"graph", {}}};
 
-  // The executor's round: the three operations with an event before and
-  // after each (`flags`: cudaEventRecordExternal while capturing), and the
-  // per-stage times read once it has finished.
-  auto issue_timed = [&](unsigned int flags) {
-    Check(cudaEventRecordWithFlags(slot.start, slot.stream, flags), "record");
+  // A round: the three operations and the end event; with `stage_events`
+  // (the executor's way) also an event before and after each (`flags`:
+  // cudaEventRecordExternal while capturing).
+  auto issue = [&](bool stage_events, unsigned int flags) {
+    auto record = [&](cudaEvent_t event) {
+      Check(cudaEventRecordWithFlags(event, slot.stream, flags), "record");
+    };
+    if (stage_events) record(slot.start);
     Check(cudaMemcpyAsync(device_inputs, host_inputs, slot.input_bytes, cudaMemcpyHostToDevice,
                           slot.stream),
           "H2D");
-    Check(cudaEventRecordWithFlags(slot.h2d, slot.stream, flags), "record");
+    if (stage_events) record(slot.h2d);
     Check(normsvc::kernels::LaunchForwardWithUploadedTable(&segment, 1, slot.device,
                                                            slot.table_room, slot.stream),
           "launch");
-    Check(cudaEventRecordWithFlags(slot.kernel, slot.stream, flags), "record");
+    if (stage_events) record(slot.kernel);
     Check(cudaMemcpyAsync(host_inputs + slot.input_bytes, device_inputs + slot.input_bytes,
                           slot.output_bytes, cudaMemcpyDeviceToHost, slot.stream),
           "D2H");
-    Check(cudaEventRecordWithFlags(slot.d2h, slot.stream, flags), "record");
+    record(slot.d2h);
   };
   auto read_timings = [&] {
     float a, b, c;
@@ -199,7 +190,7 @@ int main(int argc, char** argv) {
   {
     cudaGraph_t graph;
     Check(cudaStreamBeginCapture(slot.stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-    issue_timed(cudaEventRecordExternal);
+    issue(true, cudaEventRecordExternal);
     Check(cudaStreamEndCapture(slot.stream, &graph), "end capture");
     Check(cudaGraphInstantiate(&graph_exec, graph, 0), "instantiate");
     Check(cudaGraphDestroy(graph), "graph destroy");
@@ -208,12 +199,11 @@ int main(int argc, char** argv) {
   auto round_trip = [&](int mode) {
     pack();
     if (mode == 0) {
-      issue_timed(cudaEventRecordDefault);
+      issue(true, cudaEventRecordDefault);
       Spin(slot.d2h);
       read_timings();
     } else if (mode == 1) {
-      enqueue_work();
-      Check(cudaEventRecord(slot.d2h, slot.stream), "record");
+      issue(false, cudaEventRecordDefault);
       Spin(slot.d2h);
     } else {
       Check(cudaGraphLaunch(graph_exec, slot.stream), "graph launch");
