@@ -24,10 +24,13 @@ using DeviceBuffer = std::shared_ptr<void>;
 struct BatchResult {
   std::vector<absl::Status> statuses;  // one per task, in batch order
   // Stage timings from the device (CUDA events); absent where a stage does
-  // not exist (the CPU executor has no copies).
+  // not exist (the CPU executor has no copies), and all three absent with
+  // stages_untimed where the executor skipped timing this batch (it times
+  // one batch in GpuExecutorOptions::timed_batch_interval).
   std::optional<double> h2d_seconds;
   std::optional<double> kernel_seconds;
   std::optional<double> d2h_seconds;
+  bool stages_untimed = false;
   int64_t kernel_bytes = 0;  // bytes the kernels read and wrote
   // The wall-clock interval of Executor::Run, stamped by the batch worker
   // (ExecuteBatch), not by the executor.

@@ -21,6 +21,10 @@ struct GpuExecutorOptions {
   int64_t staging_bytes = int64_t{128} << 20;  // pinned host and device bytes per slot
   int64_t max_batch_tasks = 4096;              // segment table capacity
   GpuWait wait = GpuWait::kAuto;
+  // The copies and the kernel are timed apart (three more events on the
+  // stream) on one batch in this many, counted over the executor's batches;
+  // the others record only the event that ends them. 1: every batch.
+  int64_t timed_batch_interval = 1;
 };
 
 // True when this build contains the GPU executor.

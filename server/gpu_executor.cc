@@ -130,6 +130,9 @@ BatchResult GpuExecutor::Run(const Batch& batch, int slot_index) {
   slot.block =
       options_.wait == GpuWait::kBlock || (options_.wait == GpuWait::kAuto && batch.more_queued);
   Timings timings;
+  const uint64_t interval =
+      static_cast<uint64_t>(std::max<int64_t>(options_.timed_batch_interval, 1));
+  timings.timed = batches_run_.fetch_add(1, std::memory_order_relaxed) % interval == 0;
   absl::Status status;
   if (const cudaError_t error = cudaSetDevice(options_.device); error != cudaSuccess) {
     status = absl::InternalError(
@@ -144,9 +147,13 @@ BatchResult GpuExecutor::Run(const Batch& batch, int slot_index) {
   }
   result.statuses.assign(n, status);
   if (status.ok()) {
-    result.h2d_seconds = timings.h2d;
-    result.kernel_seconds = timings.kernel;
-    result.d2h_seconds = timings.d2h;
+    if (timings.timed) {
+      result.h2d_seconds = timings.h2d;
+      result.kernel_seconds = timings.kernel;
+      result.d2h_seconds = timings.d2h;
+    } else {
+      result.stages_untimed = true;
+    }
     result.kernel_bytes = batch.input_bytes + batch.output_bytes;
   }
   return result;
@@ -304,11 +311,11 @@ absl::Status GpuExecutor::RunRound(std::span<const TaskSlice> slices, Slot& slot
       NORMSVC_CUDA_TRY(
           cudaMemcpyAsync(slot.device, slot.host, 1, static_cast<cudaMemcpyKind>(99), slot.stream));
     }
-    NORMSVC_CUDA_TRY(cudaEventRecord(slot.start, slot.stream));
+    if (timings->timed) NORMSVC_CUDA_TRY(cudaEventRecord(slot.start, slot.stream));
     NORMSVC_CUDA_TRY(cudaMemcpyAsync(slot.device - copy_before, slot.host - copy_before,
                                      copy_before + plan.input_bytes, cudaMemcpyHostToDevice,
                                      slot.stream));
-    NORMSVC_CUDA_TRY(cudaEventRecord(slot.h2d, slot.stream));
+    if (timings->timed) NORMSVC_CUDA_TRY(cudaEventRecord(slot.h2d, slot.stream));
     const kernels::Status launched =
         backward ? kernels::LaunchBackward(backward_args, slot.backward_workspace,
                                            slot.backward_workspace_bytes, slot.stream)
@@ -318,12 +325,13 @@ absl::Status GpuExecutor::RunRound(std::span<const TaskSlice> slices, Slot& slot
     if (!launched.ok()) {
       return absl::InternalError(absl::StrCat(device_.label, ": launch: ", launched.message()));
     }
-    NORMSVC_CUDA_TRY(cudaEventRecord(slot.kernel, slot.stream));
+    if (timings->timed) NORMSVC_CUDA_TRY(cudaEventRecord(slot.kernel, slot.stream));
     NORMSVC_CUDA_TRY(cudaMemcpyAsync(slot.host + plan.input_bytes, slot.device + plan.input_bytes,
                                      plan.total_bytes - plan.input_bytes, cudaMemcpyDeviceToHost,
                                      slot.stream));
     NORMSVC_CUDA_TRY(cudaEventRecord(slot.d2h, slot.stream));
     NORMSVC_CUDA_TRY(WaitForRound(slot));
+    if (!timings->timed) return absl::OkStatus();
     float h2d_ms = 0, kernel_ms = 0, d2h_ms = 0;
     NORMSVC_CUDA_TRY(cudaEventElapsedTime(&h2d_ms, slot.start, slot.h2d));
     NORMSVC_CUDA_TRY(cudaEventElapsedTime(&kernel_ms, slot.h2d, slot.kernel));

@@ -3,8 +3,9 @@
 // Per batch slot (--batches_in_flight of them, one worker thread each): a
 // non-blocking stream, a pinned host staging buffer and a device buffer of
 // --staging_buffer_bytes, each preceded by room for a segment table, and
-// four timing events. A forward batch is one round: pack the inputs into the
-// pinned buffer and the segment table just before them, one H2D copy for
+// four events: the round's end, and three that time its copies and kernel
+// apart on one batch in GpuExecutorOptions::timed_batch_interval. A forward batch is one round:
+// pack the inputs into the pinned buffer and the segment table just before them, one H2D copy for
 // both, one multi-segment launch, one D2H copy, unpack into the responses. With two or more slots,
 // one batch's copies overlap another's kernel. A task larger than the staging buffer runs in
 // several rounds of row chunks on its slot; a backward task is one LaunchBackward (its dgamma/dbeta
@@ -62,6 +63,7 @@ class GpuExecutor final : public Executor {
     std::vector<kernels::ForwardSegment> segments;  // reused
   };
   struct Timings {
+    bool timed = true;  // record the stage events (else only the end event)
     double h2d = 0, kernel = 0, d2h = 0;
   };
   // Sums of dgamma/dbeta over the chunks of one backward task.
@@ -88,6 +90,7 @@ class GpuExecutor final : public Executor {
   std::vector<Slot> slots_;
   std::atomic<bool> healthy_{true};
   std::atomic<bool> inject_fault_{false};
+  std::atomic<uint64_t> batches_run_{0};  // picks the timed batches
 };
 
 }  // namespace normsvc::server

@@ -18,20 +18,26 @@ uint64_t Nanos(absl::Duration d) {
 }
 
 // A batch's run split into its copies and the rest; the three add up to
-// the run's wall time (stage timings clipped to it).
+// the run's wall time (stage timings clipped to it). A batch whose stages
+// were not timed is split in the shares of `model`'s last one that was.
 struct RunSplit {
   absl::Duration h2d, infer, d2h;
 };
 
-RunSplit SplitRun(const BatchExecution& execution) {
+RunSplit SplitRun(const BatchExecution& execution, double h2d_share, double d2h_share) {
   const absl::Duration run = NonNegative(execution.finished_at - execution.started_at);
-  auto stage = [](const std::optional<double>& seconds, absl::Duration limit) {
-    if (!seconds || !(*seconds > 0)) return absl::ZeroDuration();
-    return std::min(absl::Seconds(*seconds), limit);
-  };
   RunSplit split;
-  split.h2d = stage(execution.h2d_seconds, run);
-  split.d2h = stage(execution.d2h_seconds, run - split.h2d);
+  if (execution.stages_untimed) {
+    split.h2d = run * h2d_share;
+    split.d2h = std::min(run * d2h_share, run - split.h2d);
+  } else {
+    auto stage = [](const std::optional<double>& seconds, absl::Duration limit) {
+      if (!seconds || !(*seconds > 0)) return absl::ZeroDuration();
+      return std::min(absl::Seconds(*seconds), limit);
+    };
+    split.h2d = stage(execution.h2d_seconds, run);
+    split.d2h = stage(execution.d2h_seconds, run - split.h2d);
+  }
   split.infer = run - split.h2d - split.d2h;
   return split;
 }
@@ -70,7 +76,12 @@ void KserveStatistics::Record(const std::string& model, const KserveInferTiming&
     return;
   }
   const BatchExecution& execution = *timing.execution;
-  const RunSplit split = SplitRun(execution);
+  const RunSplit split = SplitRun(execution, m.h2d_share, m.d2h_share);
+  const absl::Duration run = execution.finished_at - execution.started_at;
+  if (execution.h2d_seconds && run > absl::ZeroDuration()) {  // a timed batch with copies
+    m.h2d_share = absl::FDivDuration(split.h2d, run);
+    m.d2h_share = absl::FDivDuration(split.d2h, run);
+  }
   add(m.queue, execution.started_at - timing.accepted);
   add(m.input, NonNegative(handler) + split.h2d);
   add(m.infer, split.infer);

@@ -89,6 +89,10 @@ class KserveStatistics {
     Duration success, fail, queue, input, infer, output;
     std::map<int64_t, BatchSize> batch;  // distinct sizes are bounded (.cc)
     RecentExecutions recent;
+    // The copies' shares of the run of this model's last batch whose stages
+    // were timed: the split of the batches that were not
+    // (BatchExecution::stages_untimed).
+    double h2d_share = 0, d2h_share = 0;
   };
   mutable absl::Mutex mutex_;
   absl::flat_hash_map<std::string, Model> models_ ABSL_GUARDED_BY(mutex_);

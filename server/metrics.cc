@@ -115,9 +115,15 @@ ServiceMetrics::ServiceMetrics(const std::vector<std::string>& device_labels,
   };
   auto& queue_wait =
       histogram("normsvc_queue_wait_seconds", "Time a request waited in the batcher queue");
-  auto& h2d = histogram("normsvc_batch_h2d_seconds", "Host-to-device copy time per batch");
-  auto& kernel = histogram("normsvc_batch_kernel_seconds", "Kernel time per batch");
-  auto& d2h = histogram("normsvc_batch_d2h_seconds", "Device-to-host copy time per batch");
+  // GPU executors time one batch in --timed_batch_interval.
+  auto& h2d = histogram("normsvc_batch_h2d_seconds",
+                        "Host-to-device copy time per timed batch (GPU: one in "
+                        "--timed_batch_interval)");
+  auto& kernel = histogram("normsvc_batch_kernel_seconds",
+                           "Kernel time per timed batch (GPU: one in --timed_batch_interval)");
+  auto& d2h = histogram("normsvc_batch_d2h_seconds",
+                        "Device-to-host copy time per timed batch (GPU: one in "
+                        "--timed_batch_interval)");
   auto& batch_rows = histogram("normsvc_batch_rows", "Rows per launch");
   auto& batch_requests = histogram("normsvc_batch_requests", "Requests per launch");
   auto& pending_requests = gauge("normsvc_pending_requests", "Requests queued, not yet launched");

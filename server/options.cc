@@ -143,6 +143,11 @@ std::vector<FlagSpec> Flags() {
        "only when no other request was queued as its batch closed)",
        [](const std::string& v, ServerOptions* o) { return ParseGpuWait(v, &o->gpu_wait); },
        [](const ServerOptions& o) { return std::string(GpuWaitName(o.gpu_wait)); }});
+  flags.push_back(Int64Flag(
+      "timed_batch_interval", &ServerOptions::timed_batch_interval,
+      "GPU only: time the copies and the kernel of one batch in this many (the "
+      "normsvc_batch_{h2d,kernel,d2h}_seconds and kernel bandwidth metrics; each timed batch "
+      "takes a few microseconds longer; 1: every batch)"));
   flags.push_back(Int64Flag("idle_spin_us", &ServerOptions::idle_spin_us,
                             "how long one idle batch worker polls for new requests before it "
                             "sleeps: lower latency at low load on a host with idle cores, for up "
@@ -264,6 +269,7 @@ absl::Status ValidateOptions(const ServerOptions& o) {
            at_least("max_batch_rows", o.max_batch_rows, 1),
            at_least("max_batch_bytes", o.max_batch_bytes, 1),
            at_least("max_queue_delay_us", o.max_queue_delay_us, 0),
+           at_least("timed_batch_interval", o.timed_batch_interval, 1),
            at_least("idle_spin_us", o.idle_spin_us, -1),
            at_least("reply_threads", o.reply_threads, -1),
            at_least("max_queue_size", o.max_queue_size, 1),

@@ -52,6 +52,10 @@ struct ServerOptions {
   // ResolveIdleSpinUs).
   int64_t idle_spin_us = -1;
   GpuWait gpu_wait = GpuWait::kAuto;
+  // GPU executors time a batch's copies and kernel apart (three more events
+  // on its stream, a few microseconds of its round trip) on one batch in
+  // this many; 1: every batch.
+  int64_t timed_batch_interval = 16;
   // Threads that send a batch's replies beside the thread that ran it
   // (-1: a quarter of the CPUs the process may use, 2 to 8; 0: that thread
   // sends them all; at most 256).

@@ -198,6 +198,7 @@ absl::Status Server::CreateExecutors() {
       gpu.slots = options_.batches_in_flight;
       gpu.staging_bytes = options_.staging_buffer_bytes;
       gpu.wait = options_.gpu_wait;
+      gpu.timed_batch_interval = options_.timed_batch_interval;
       gpu.max_batch_tasks = MaxBatchTasks(options_);
       absl::StatusOr<std::unique_ptr<Executor>> executor = CreateGpuExecutor(gpu);
       if (!executor.ok()) return executor.status();

@@ -30,10 +30,11 @@ struct BatchExecution {
   int64_t rows = 0;        // rows of the whole batch
   int64_t tasks = 0;       // tasks of the whole batch
   // The executor's stage timings (BatchResult), absent where a stage does
-  // not exist.
+  // not exist or, with stages_untimed, where this batch was not timed.
   std::optional<double> h2d_seconds;
   std::optional<double> kernel_seconds;
   std::optional<double> d2h_seconds;
+  bool stages_untimed = false;
 };
 
 // Implemented by the RPC layer: where a task's outcome goes.

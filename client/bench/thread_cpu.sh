@@ -28,6 +28,7 @@ reps=${3:-2}
 duration=${4:-4}
 before=${5:-}
 variants=${VARIANTS-nospin=--idle_spin_us=0}
+variant_loads=${VARIANT_LOADS:-c64 c64r c1}
 [[ -z $before || -x $before ]] || { echo "thread_cpu: $before is not an executable" >&2; exit 1; }
 mkdir -p "$out"
 port=50251
@@ -50,9 +51,19 @@ load() {  # load RUN_NAME CONCURRENCY ROWS PARAMS
     --json "$out/$1.json" >"$out/$1.txt" 2>&1 || echo "run $1 failed: see $1.txt" >&2
   thread_ticks >"$out/$1.t1"
 }
+named_load() {  # named_load SERVER_RUN_PREFIX LOAD_NAME
+  case $2 in
+    c64) load "$1.c64" 64 1 inline ;;
+    c1) load "$1.c1" 1 1 inline ;;
+    c64r) load "$1.c64r" 64 1 registered ;;
+    c64x16) load "$1.c64x16" 64 16 inline ;;
+    c64x16r) load "$1.c64x16r" 64 16 registered ;;
+    *) echo "thread_cpu: unknown load $2" >&2; exit 1 ;;
+  esac
+}
 every_load() {  # every_load SERVER_RUN_PREFIX
-  load "$1.c64" 64 1 inline; load "$1.c1" 1 1 inline; load "$1.c64r" 64 1 registered
-  load "$1.c64x16" 64 16 inline; load "$1.c64x16r" 64 16 registered
+  local name
+  for name in c64 c1 c64r c64x16 c64x16r; do named_load "$1" "$name"; done
 }
 for rep in $(seq 1 "$reps"); do
   port=$((port + 1)); start "echo$rep" "$echo_server" --address=127.0.0.1:$port
@@ -70,7 +81,7 @@ for rep in $(seq 1 "$reps"); do
     read -r -a flags <<<"${variant#*=}"
     port=$((port + 1)); start "$name$rep" "$normsvc" --grpc_address=127.0.0.1:$port --metrics_address=127.0.0.1:$((port + 1000)) \
       "${flags[@]}"
-    load "$name$rep.c64" 64 1 inline; load "$name$rep.c64r" 64 1 registered; load "$name$rep.c1" 1 1 inline
+    for load_name in $variant_loads; do named_load "$name$rep" "$load_name"; done
   done
 done
 stop_server

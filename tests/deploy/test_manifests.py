@@ -23,7 +23,7 @@ SERVICEMONITOR_SCHEMA = json.loads(
 SERVER_FLAGS = """grpc_address metrics_address backend devices max_batch_rows max_batch_bytes
 max_queue_delay_us max_queue_size max_queued_bytes max_hidden_size max_request_rows
 max_request_bytes max_receive_message_bytes max_parameter_sets max_parameter_bytes
-batches_in_flight idle_spin_us gpu_wait reply_threads
+batches_in_flight idle_spin_us gpu_wait reply_threads timed_batch_interval
 staging_buffer_bytes keepalive_time_ms keepalive_timeout_ms
 max_connection_age_ms max_connection_age_grace_ms drain_timeout_s log_level""".split()
 

@@ -119,6 +119,35 @@ TEST_F(GpuExecutorTest, MixedForwardBatchMatchesTheOracle) {
   EXPECT_EQ(result.kernel_bytes, p.batch.input_bytes + p.batch.output_bytes);
 }
 
+// With timed_batch_interval 3 the executor times batches 0 and 3 of six;
+// every batch is computed and checked alike, timed or not.
+TEST_F(GpuExecutorTest, OneBatchInTheIntervalIsTimedAndEveryBatchIsCorrect) {
+  GpuExecutorOptions options;
+  options.device = 0;
+  options.slots = 1;
+  options.staging_bytes = 4 << 20;
+  options.max_batch_tasks = 256;
+  options.timed_batch_interval = 3;
+  absl::StatusOr<std::unique_ptr<Executor>> sampled = CreateGpuExecutor(options);
+  ASSERT_TRUE(sampled.ok()) << sampled.status();
+  std::mt19937_64 rng(TestSeed() + 47);
+  for (int run = 0; run < 6; ++run) {
+    SCOPED_TRACE(run);
+    Prepared p = MixedBatch(rng, 8);
+    const BatchResult result = (*sampled)->Run(p.batch, 0);
+    ExpectAllCorrect(p, result);
+    EXPECT_EQ(result.kernel_bytes, p.batch.input_bytes + p.batch.output_bytes);
+    if (run % 3 == 0) {
+      ASSERT_TRUE(result.h2d_seconds && result.kernel_seconds && result.d2h_seconds);
+      EXPECT_GT(*result.kernel_seconds, 0);
+      EXPECT_FALSE(result.stages_untimed);
+    } else {
+      EXPECT_FALSE(result.h2d_seconds || result.kernel_seconds || result.d2h_seconds);
+      EXPECT_TRUE(result.stages_untimed);
+    }
+  }
+}
+
 // max_batch_tasks requests of one configuration: one launch through the
 // segment table, which travels in the inputs' copy. First with the queue
 // empty behind the batch (the thread spins on the GPU), then with requests

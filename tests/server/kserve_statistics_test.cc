@@ -84,6 +84,37 @@ TEST(KserveStatisticsTest, SplitsOneRequestIntoDisjointQueueAndComputeIntervals)
   EXPECT_EQ(out.batch_stats(0).compute_output().ns(), 30'000u);
 }
 
+// A batch whose stages were not timed (the GPU executor times one in
+// --timed_batch_interval) is split in the shares of the model's last timed
+// batch; before any timed batch its whole run counts as compute.
+TEST(KserveStatisticsTest, UntimedBatchesSplitInTheSharesOfTheLastTimedOne) {
+  KserveStatistics stats;
+  BatchExecution untimed_first = Execution(1, 2, 100, 200);
+  untimed_first.stages_untimed = true;
+  untimed_first.kernel_seconds.reset();
+  stats.Record("layernorm", Ran(2, 90, untimed_first));
+  // Timed: run 100 us, upload 20 (0.2), download 30 (0.3).
+  stats.Record("layernorm", Ran(2, 290, Execution(2, 2, 300, 400, 20, 30)));
+  // Untimed, run 60 us: 12 us upload, 18 us download, 30 us compute.
+  BatchExecution untimed = Execution(3, 2, 500, 560);
+  untimed.stages_untimed = true;
+  untimed.kernel_seconds.reset();
+  stats.Record("layernorm", Ran(2, 490, untimed));
+
+  const auto out = Fill(stats, "layernorm");
+  const auto& s = out.inference_stats();
+  EXPECT_EQ(out.execution_count(), 3u);
+  // Handler 10 us each; uploads 0 + 20 + 12.
+  EXPECT_EQ(s.compute_input().ns(), 30'000u + 32'000u);
+  // Runs 100 + 50 + 30.
+  EXPECT_EQ(s.compute_infer().ns(), 180'000u);
+  // Replies 5 us each; downloads 0 + 30 + 18.
+  EXPECT_EQ(s.compute_output().ns(), 15'000u + 48'000u);
+  ASSERT_EQ(out.batch_stats_size(), 1);
+  EXPECT_EQ(out.batch_stats(0).compute_input().ns(), 32'000u);
+  EXPECT_EQ(out.batch_stats(0).compute_output().ns(), 48'000u);
+}
+
 TEST(KserveStatisticsTest, ExecutionsCountOncePerBatchAndBatchStatsKeyOnTheLaunchRows) {
   KserveStatistics stats;
   // Batch 1: two layernorm requests (2 + 4 rows) and one rmsnorm request

@@ -378,6 +378,7 @@ TEST(GpuMetricsTest, CudaDeviceSeriesAndNvmlGauges) {
   ServerOptions options = TestServerOptions();
   options.backend = Backend::kCuda;
   options.metrics_address = "127.0.0.1:0";
+  options.timed_batch_interval = 2;  // batches 0, 2 and 4 of 5 have stage timings
   std::unique_ptr<Server> server = StartServer(options);
   ASSERT_NE(server, nullptr);
   std::unique_ptr<v1::Normalizer::Stub> stub = Connect(server->grpc_port());
@@ -393,9 +394,11 @@ TEST(GpuMetricsTest, CudaDeviceSeriesAndNvmlGauges) {
   }
   const std::string text = HttpGet(server->metrics_port(), "/metrics");
   const std::string cuda0 = "device=\"cuda:0\"";
-  EXPECT_EQ(SampleValue(text, "normsvc_batch_kernel_seconds_count", cuda0), kRequests);
-  EXPECT_EQ(SampleValue(text, "normsvc_batch_h2d_seconds_count", cuda0), kRequests);
-  EXPECT_EQ(SampleValue(text, "normsvc_kernel_bandwidth_bytes_per_second_count", cuda0), kRequests);
+  EXPECT_EQ(SampleValue(text, "normsvc_batch_rows_count", cuda0), kRequests);
+  EXPECT_EQ(SampleValue(text, "normsvc_batch_kernel_seconds_count", cuda0), 3);
+  EXPECT_EQ(SampleValue(text, "normsvc_batch_h2d_seconds_count", cuda0), 3);
+  EXPECT_EQ(SampleValue(text, "normsvc_batch_d2h_seconds_count", cuda0), 3);
+  EXPECT_EQ(SampleValue(text, "normsvc_kernel_bandwidth_bytes_per_second_count", cuda0), 3);
   EXPECT_GT(SampleValue(text, "normsvc_kernel_bandwidth_bytes_per_second_sum", cuda0).value_or(0),
             0);
   // A device-to-device copy on any current GPU moves well over 100 GB/s.
