@@ -19,7 +19,8 @@ uint64_t Nanos(absl::Duration d) {
 
 // A batch's run split into its copies and the rest; the three add up to
 // the run's wall time (stage timings clipped to it). A batch whose stages
-// were not timed is split in the shares of `model`'s last one that was.
+// were not timed is split in the given shares (those of its model's last
+// timed batch).
 struct RunSplit {
   absl::Duration h2d, infer, d2h;
 };
