@@ -20,6 +20,7 @@ void StampExecution(Batch& batch, const BatchResult& result) {
   execution.h2d_seconds = result.h2d_seconds;
   execution.kernel_seconds = result.kernel_seconds;
   execution.d2h_seconds = result.d2h_seconds;
+  execution.stages_untimed = result.stages_untimed;
   for (const std::unique_ptr<Task>& task : batch.tasks) task->execution = execution;
 }
 

@@ -20,7 +20,9 @@
 // The four are disjoint intervals, so queue + compute <= success; the rest
 // (finished -> completed: the hand-off to the reply threads) is overhead.
 // Every request of a batch is charged the whole batch's copy and kernel
-// times, as the protocol's reference server does. A request with no rows
+// times, as the protocol's reference server does. The GPU executor times
+// the copies on one batch in --timed_batch_interval; the run of a batch it
+// did not time is split in the copy shares of the model's last timed batch. A request with no rows
 // runs nothing: queue and compute_infer count it with 0 ns.
 //   fail            replied - received of failed requests (no other stage)
 //   inference_count rows inferred (INPUT's batch dimension, summed)

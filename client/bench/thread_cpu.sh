@@ -13,7 +13,8 @@
 # Loads (the run name's suffix): c64 and c1 (1x4096, gamma and beta inline,
 # 64 and 1 in flight), c64r (1x4096 with registered gamma and beta: 16 KiB
 # each way), c64x16 and c64x16r (16x4096, inline and registered); the
-# variants run c64, c64r and c1.
+# variants run the loads VARIANT_LOADS names (environment, space-separated;
+# default "c64 c64r c1").
 # VARIANTS (environment): servers to run beside the defaults, as
 # "NAME=FLAGS" entries separated by ';' (FLAGS split at spaces); default
 # "nospin=--idle_spin_us=0" (the idle spin off; its default turns it on on
@@ -28,8 +29,14 @@ reps=${3:-2}
 duration=${4:-4}
 before=${5:-}
 variants=${VARIANTS-nospin=--idle_spin_us=0}
-variant_loads=${VARIANT_LOADS:-c64 c64r c1}
+variant_loads=${VARIANT_LOADS-c64 c64r c1}
 [[ -z $before || -x $before ]] || { echo "thread_cpu: $before is not an executable" >&2; exit 1; }
+for load_name in $variant_loads; do  # refuse a misspelt load before any run
+  case $load_name in
+    c64 | c1 | c64r | c64x16 | c64x16r) ;;
+    *) echo "thread_cpu: unknown load '$load_name' in VARIANT_LOADS" >&2; exit 1 ;;
+  esac
+done
 mkdir -p "$out"
 port=50251
 # shellcheck source=SCRIPTDIR/loopback_servers.sh

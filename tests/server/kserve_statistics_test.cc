@@ -232,10 +232,11 @@ class ExecutionSink final : public TaskSink {
   absl::Status result;
 };
 
-// Sleeps a little (so the Run interval is measurable) and reports copies.
+// Sleeps a little (so the Run interval is measurable) and reports copies,
+// or, `untimed`, that it skipped timing them.
 class TimedExecutor final : public Executor {
  public:
-  TimedExecutor() { device_.label = "cpu"; }
+  explicit TimedExecutor(bool untimed = false) : untimed_(untimed) { device_.label = "cpu"; }
   const DeviceDescription& device() const override { return device_; }
   int slots() const override { return 1; }
   int64_t max_batch_staging_bytes() const override { return 0; }
@@ -243,6 +244,10 @@ class TimedExecutor final : public Executor {
     absl::SleepFor(absl::Milliseconds(2));
     BatchResult result;
     result.statuses.assign(batch.tasks.size(), absl::OkStatus());
+    if (untimed_) {
+      result.stages_untimed = true;
+      return result;
+    }
     result.h2d_seconds = 3e-4;
     result.kernel_seconds = 5e-4;
     result.d2h_seconds = 2e-4;
@@ -254,6 +259,7 @@ class TimedExecutor final : public Executor {
   bool healthy() const override { return true; }
 
  private:
+  bool untimed_;
   DeviceDescription device_;
 };
 
@@ -327,6 +333,34 @@ TEST(BatchExecutionTest, TasksDroppedBeforeLaunchCompleteWithoutAnExecution) {
     EXPECT_EQ(sink.result.code(), absl::StatusCode::kUnavailable);
     EXPECT_EQ(sink.executed_calls, 0);
   }
+}
+
+// A batch the executor did not time reaches every task as untimed, with no
+// stage figures (KserveStatistics then splits it by shares).
+TEST(BatchExecutionTest, AnUntimedBatchReachesItsTasksAsUntimed) {
+  ServiceMetrics metrics({"cpu"}, BuildInfo{});
+  Batcher batcher(BatcherOptions{}, nullptr, metrics.device(0), metrics.rejections());
+  TimedExecutor executor(/*untimed=*/true);
+  std::vector<ExecutionSink> sinks(2);
+  for (ExecutionSink& sink : sinks) {
+    auto task = std::make_unique<Task>();
+    task->rows = 2;
+    task->hidden = 8;
+    task->sink = &sink;
+    ASSERT_TRUE(batcher.Schedule(task).ok());
+  }
+  std::optional<Batch> batch = batcher.TryTakeBatch();
+  ASSERT_TRUE(batch.has_value());
+  RunBatch(batcher, executor, metrics.device(0), *std::move(batch), 0);
+  for (const ExecutionSink& sink : sinks) {
+    ASSERT_TRUE(sink.done);
+    ASSERT_TRUE(sink.execution.has_value());
+    EXPECT_TRUE(sink.execution->stages_untimed);
+    EXPECT_FALSE(sink.execution->h2d_seconds || sink.execution->kernel_seconds ||
+                 sink.execution->d2h_seconds);
+  }
+  EXPECT_EQ(metrics.device(0).batch_kernel_seconds->Collect().histogram.sample_count, 0u);
+  EXPECT_EQ(metrics.device(0).batch_rows->Collect().histogram.sample_count, 1u);
 }
 
 }  // namespace
