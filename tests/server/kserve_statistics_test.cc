@@ -263,6 +263,15 @@ class TimedExecutor final : public Executor {
   DeviceDescription device_;
 };
 
+// Schedules a task of `rows` rows of 8 whose outcome goes to `sink`.
+void ScheduleInto(Batcher& batcher, ExecutionSink& sink, int64_t rows) {
+  auto task = std::make_unique<Task>();
+  task->rows = rows;
+  task->hidden = 8;
+  task->sink = &sink;
+  ASSERT_TRUE(batcher.Schedule(task).ok());
+}
+
 TEST(BatchExecutionTest, EveryTaskOfABatchLearnsTheSameRunBeforeItsCompletion) {
   ServiceMetrics metrics({"cpu"}, BuildInfo{});
   BatcherOptions options;
@@ -270,13 +279,7 @@ TEST(BatchExecutionTest, EveryTaskOfABatchLearnsTheSameRunBeforeItsCompletion) {
   Batcher batcher(options, nullptr, metrics.device(0), metrics.rejections());
   TimedExecutor executor;
   std::vector<ExecutionSink> sinks(5);
-  auto schedule = [&](ExecutionSink& sink, int64_t rows) {
-    auto task = std::make_unique<Task>();
-    task->rows = rows;
-    task->hidden = 8;
-    task->sink = &sink;
-    ASSERT_TRUE(batcher.Schedule(task).ok());
-  };
+  auto schedule = [&](ExecutionSink& sink, int64_t rows) { ScheduleInto(batcher, sink, rows); };
   for (int i = 0; i < 3; ++i) schedule(sinks[i], i + 1);
   std::optional<Batch> first = batcher.TryTakeBatch();
   ASSERT_TRUE(first.has_value());
@@ -342,13 +345,7 @@ TEST(BatchExecutionTest, AnUntimedBatchReachesItsTasksAsUntimed) {
   Batcher batcher(BatcherOptions{}, nullptr, metrics.device(0), metrics.rejections());
   TimedExecutor executor(/*untimed=*/true);
   std::vector<ExecutionSink> sinks(2);
-  for (ExecutionSink& sink : sinks) {
-    auto task = std::make_unique<Task>();
-    task->rows = 2;
-    task->hidden = 8;
-    task->sink = &sink;
-    ASSERT_TRUE(batcher.Schedule(task).ok());
-  }
+  for (ExecutionSink& sink : sinks) ScheduleInto(batcher, sink, 2);
   std::optional<Batch> batch = batcher.TryTakeBatch();
   ASSERT_TRUE(batch.has_value());
   RunBatch(batcher, executor, metrics.device(0), *std::move(batch), 0);
