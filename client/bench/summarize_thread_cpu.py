@@ -1,20 +1,27 @@
 #!/usr/bin/env python3
-"""Prints thread_cpu.sh's table: req/s, latency and the server's CPU per request by thread group.
+"""Prints thread_cpu.sh's table: req/s, latency, the server's CPU per request by thread group,
+and its context switches per request.
 
 usage: summarize_thread_cpu.py OUT_DIR CLOCK_TICKS_PER_SECOND
-The CPU of a run (warm-up included) is divided by every request answered in
-it (normload's totals, warm-up included).
+The CPU and the switches of a run (warm-up included) are divided by every
+request answered in it (normload's totals, warm-up included). Snapshots
+written before context switches were recorded ("NAME TICKS" lines) give
+no switch figures.
 """
 import json
 import pathlib
 import sys
 
 
-def ticks(path):
+def snapshot(path):
+    """{group: (ticks, voluntary switches, involuntary switches)}; switches None when absent."""
     groups = {}
     for line in path.read_text().splitlines():
-        name, value = line.rsplit(" ", 1)
-        groups[name] = int(value)
+        fields = line.split(" ")
+        if len(fields) >= 4:
+            groups[fields[0]] = (int(fields[1]), int(fields[2]), int(fields[3]))
+        else:
+            groups[fields[0]] = (int(fields[1]), None, None)
     return groups
 
 
@@ -22,21 +29,28 @@ def main():
     directory = pathlib.Path(sys.argv[1])
     tick_us = 1e6 / float(sys.argv[2])
     runs = sorted(p.stem for p in directory.glob("*.c*.json"))
-    print("| run | req/s | GB/s | p50 ms | p99 ms | server CPU us/request | by thread group (us/request) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("| run | req/s | GB/s | p50 ms | p99 ms | server CPU us/request | by thread group (us/request) "
+          "| context switches/request (voluntary + involuntary) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
     for run in runs:
         report = json.loads((directory / f"{run}.json").read_text())
         measured = report["measured"]
         answered = report["totals"]["ok"]
-        before = ticks(directory / f"{run}.t0")
-        after = ticks(directory / f"{run}.t1")
-        per_group = {name: (after[name] - before.get(name, 0)) * tick_us / answered
+        before = snapshot(directory / f"{run}.t0")
+        after = snapshot(directory / f"{run}.t1")
+        per_group = {name: (after[name][0] - before.get(name, (0, 0, 0))[0]) * tick_us / answered
                      for name in after if answered}
+        switches = "n/a"
+        if answered and all(v[1] is not None for v in after.values()):
+            total = sum(after[name][1] + after[name][2] - sum(before.get(name, (0, 0, 0))[1:])
+                        for name in after)
+            switches = f"{total / answered:.2f}"
         shown = ", ".join(f"{name} {us:.0f}" for name, us in
                           sorted(per_group.items(), key=lambda item: -item[1]) if us >= 0.5)
         print(f"| {run} | {measured['req_per_s']:,.0f} | {measured['gb_per_s']:.2f} | "
               f"{measured['latency_ms']['p50']:.3f} | "
-              f"{measured['latency_ms']['p99']:.3f} | {sum(per_group.values()):.0f} | {shown} |")
+              f"{measured['latency_ms']['p99']:.3f} | {sum(per_group.values()):.0f} | {shown} | "
+              f"{switches} |")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@
 # "nospin=--idle_spin_us=0" (the idle spin off; its default turns it on on
 # hosts of 8 or more usable CPUs).
 # Writes OUT_DIR/<server><rep>.<load>.{json,t0,t1} (normload's JSON, thread
-# ticks before and after) and OUT_DIR/summary.md.
+# ticks and context switches before and after) and OUT_DIR/summary.md.
 set -euo pipefail
 usage="usage: thread_cpu.sh BIN_DIR OUT_DIR [REPS] [DURATION_S] [BEFORE_NORMSVC]"
 bin=${1:?$usage}
@@ -41,15 +41,19 @@ mkdir -p "$out"
 port=50251
 # shellcheck source=SCRIPTDIR/loopback_servers.sh
 source "$(dirname "${BASH_SOURCE[0]}")/loopback_servers.sh"
-# Clock ticks (utime + stime) of each thread group of the server, by name.
+# Clock ticks (utime + stime) and context switches (voluntary: the thread
+# slept, a hand-off or a wait; involuntary: preempted) of each thread group
+# of the server, by name: "NAME TICKS VOLUNTARY INVOLUNTARY".
 thread_ticks() {
-  local task name fields
+  local task name fields switches
   for task in /proc/"$server_pid"/task/*; do
     name=$(tr ' ' '_' <"$task/comm" 2>/dev/null) || continue
     fields=$(sed 's/^.*) //' "$task/stat" 2>/dev/null) || continue
+    switches=$(awk '/^voluntary_ctxt_switches/ {v = $2} /^nonvoluntary_ctxt_switches/ {n = $2}
+      END {print v + 0, n + 0}' "$task/status" 2>/dev/null) || continue
     # After "pid (comm) ": field 1 is state, 12 utime, 13 stime.
-    awk -v n="$name" '{print n, $12 + $13}' <<<"$fields"
-  done | awk '{t[$1] += $2} END {for (n in t) print n, t[n]}' | sort
+    awk -v n="$name" -v s="$switches" '{print n, $12 + $13, s}' <<<"$fields"
+  done | awk '{t[$1] += $2; v[$1] += $3; c[$1] += $4} END {for (n in t) print n, t[n], v[n], c[n]}' | sort
 }
 load() {  # load RUN_NAME CONCURRENCY ROWS PARAMS
   thread_ticks >"$out/$1.t0"
