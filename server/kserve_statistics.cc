@@ -78,8 +78,8 @@ void KserveStatistics::Record(const std::string& model, const KserveInferTiming&
   }
   const BatchExecution& execution = *timing.execution;
   const RunSplit split = SplitRun(execution, m.h2d_share, m.d2h_share);
-  const absl::Duration run = execution.finished_at - execution.started_at;
-  if (execution.h2d_seconds && run > absl::ZeroDuration()) {  // a timed batch with copies
+  const absl::Duration run = split.h2d + split.infer + split.d2h;  // the run's wall time
+  if (execution.h2d_seconds && run > absl::ZeroDuration()) {       // a timed batch with copies
     m.h2d_share = absl::FDivDuration(split.h2d, run);
     m.d2h_share = absl::FDivDuration(split.d2h, run);
   }

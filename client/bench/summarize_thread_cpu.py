@@ -38,13 +38,15 @@ def main():
         answered = report["totals"]["ok"]
         before = snapshot(directory / f"{run}.t0")
         after = snapshot(directory / f"{run}.t1")
-        per_group = {name: (after[name][0] - before.get(name, (0, 0, 0))[0]) * tick_us / answered
-                     for name in after if answered}
+        # Per group: ticks, voluntary and involuntary switches during the run
+        # (switches None in snapshots that lack them).
+        spent = {name: [None if a is None else a - (b or 0)
+                        for a, b in zip(value, before.get(name, (0, 0, 0)))]
+                 for name, value in after.items()}
+        per_group = {name: d[0] * tick_us / answered for name, d in spent.items() if answered}
         switches = "n/a"
-        if answered and all(v[1] is not None for v in after.values()):
-            total = sum(after[name][1] + after[name][2] - sum(before.get(name, (0, 0, 0))[1:])
-                        for name in after)
-            switches = f"{total / answered:.2f}"
+        if answered and all(d[1] is not None for d in spent.values()):
+            switches = f"{sum(d[1] + d[2] for d in spent.values()) / answered:.2f}"
         shown = ", ".join(f"{name} {us:.0f}" for name, us in
                           sorted(per_group.items(), key=lambda item: -item[1]) if us >= 0.5)
         print(f"| {run} | {measured['req_per_s']:,.0f} | {measured['gb_per_s']:.2f} | "

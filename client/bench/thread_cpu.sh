@@ -31,11 +31,10 @@ before=${5:-}
 variants=${VARIANTS-nospin=--idle_spin_us=0}
 variant_loads=${VARIANT_LOADS-c64 c64r c1}
 [[ -z $before || -x $before ]] || { echo "thread_cpu: $before is not an executable" >&2; exit 1; }
+all_loads="c64 c1 c64r c64x16 c64x16r"  # named_load's names, in the order every_load runs them
 for load_name in $variant_loads; do  # refuse a misspelt load before any run
-  case $load_name in
-    c64 | c1 | c64r | c64x16 | c64x16r) ;;
-    *) echo "thread_cpu: unknown load '$load_name' in VARIANT_LOADS" >&2; exit 1 ;;
-  esac
+  [[ " $all_loads " == *" $load_name "* ]] || {
+    echo "thread_cpu: unknown load '$load_name' in VARIANT_LOADS" >&2; exit 1; }
 done
 mkdir -p "$out"
 port=50251
@@ -69,12 +68,11 @@ named_load() {  # named_load SERVER_RUN_PREFIX LOAD_NAME
     c64r) load "$1.c64r" 64 1 registered ;;
     c64x16) load "$1.c64x16" 64 16 inline ;;
     c64x16r) load "$1.c64x16r" 64 16 registered ;;
-    *) echo "thread_cpu: unknown load $2" >&2; exit 1 ;;
   esac
 }
 every_load() {  # every_load SERVER_RUN_PREFIX
   local name
-  for name in c64 c1 c64r c64x16 c64x16r; do named_load "$1" "$name"; done
+  for name in $all_loads; do named_load "$1" "$name"; done
 }
 for rep in $(seq 1 "$reps"); do
   port=$((port + 1)); start "echo$rep" "$echo_server" --address=127.0.0.1:$port
