@@ -19,8 +19,12 @@
 # "NAME=FLAGS" entries separated by ';' (FLAGS split at spaces); default
 # "nospin=--idle_spin_us=0" (the idle spin off; its default turns it on on
 # hosts of 8 or more usable CPUs).
-# Writes OUT_DIR/<server><rep>.<load>.{json,t0,t1} (normload's JSON, thread
-# ticks and context switches before and after) and OUT_DIR/summary.md.
+# Writes OUT_DIR/<server><rep>.<load>.{json,t0,t1,s0,s1} (normload's JSON,
+# thread ticks and context switches before and after, the host's CPU ticks
+# from /proc/stat before and after) and OUT_DIR/summary.md. The host's
+# figures say whether the machine was saturated (busy cores against its
+# count) and what the rest of it (the load generator, mostly) spent a
+# request beside the server.
 set -euo pipefail
 usage="usage: thread_cpu.sh BIN_DIR OUT_DIR [REPS] [DURATION_S] [BEFORE_NORMSVC]"
 bin=${1:?$usage}
@@ -56,9 +60,11 @@ thread_ticks() {
 }
 load() {  # load RUN_NAME CONCURRENCY ROWS PARAMS
   thread_ticks >"$out/$1.t0"
+  head -1 /proc/stat >"$out/$1.s0"
   "$normload" --target "127.0.0.1:$port" --mix "op=layernorm,dtype=fp32,rows=$3,hidden=4096,params=$4" \
     --concurrency "$2" --channels 8 --warmup_s 1 --duration_s "$duration" --quiet \
     --json "$out/$1.json" >"$out/$1.txt" 2>&1 || echo "run $1 failed: see $1.txt" >&2
+  head -1 /proc/stat >"$out/$1.s1"
   thread_ticks >"$out/$1.t1"
 }
 named_load() {  # named_load SERVER_RUN_PREFIX LOAD_NAME
