@@ -5,7 +5,12 @@
 # binaries is several times the 64 MiB a call may carry; xz brings each to
 # about 7 MB.
 #
-#   kernels/bench/pack_gpu_bundle.sh BUILD_DIR [DEST]        (here; DEST defaults to .gpu)
+#   kernels/bench/pack_gpu_bundle.sh BUILD_DIR [DEST [BINARY...]]   (here; DEST defaults to .gpu)
+#
+# BINARY...: paths in the build tree that replace the default list below,
+# for a call that needs only some of them (a call carries at most 64 MiB,
+# the checkout included; the whole bundle is 50-60 MB), e.g.
+#   kernels/bench/pack_gpu_bundle.sh build-gpu .gpu tests/kernels/kernels_gpu_test kernels/bench/norm_bench
 #
 # BUILD_DIR: a Release build made here for sm_90 (cmake --preset gpu, then
 # cmake --build build-gpu). Writes DEST/bundle.tar.xz holding bin/<path in the
@@ -21,11 +26,12 @@
 # (kernels/bench/device_round.sh and tests/gpu/compute_sanitizer.sh unpack
 # it themselves when .gpu/bin is missing.)
 set -euo pipefail
-build=${1:?usage: pack_gpu_bundle.sh BUILD_DIR [DEST]}
+build=${1:?usage: pack_gpu_bundle.sh BUILD_DIR [DEST [BINARY...]]}
 dest=${2:-.gpu}
 binaries=(kernels/bench/norm_bench kernels/bench/plan_occupancy kernels/bench/round_trip_bench
           tests/kernels/kernels_gpu_test
           tests/server/server_test server/normsvc client/normload client/normsvc_echo)
+if (($# > 2)); then binaries=("${@:3}"); fi
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
