@@ -2,7 +2,7 @@
 # Where the service's CPU goes, against the echo of the same bytes: the CPU
 # time each thread group of the server (grouped by thread name, from
 # /proc/PID/task/*/stat) spends per request, under service_vs_echo.sh's
-# loads (fp32 LayerNorm, 8 channels), for the echo, normsvc with its
+# loads (fp32 LayerNorm, 8 channels unless CHANNELS says), for the echo, normsvc with its
 # defaults and normsvc with other flags (VARIANTS), interleaved REPS times.
 # With BEFORE_NORMSVC (another build of normsvc) that build runs too, as
 # "before", between the echo and normsvc: an A/B of two builds on one
@@ -10,6 +10,8 @@
 #
 # usage: thread_cpu.sh BIN_DIR OUT_DIR [REPS] [DURATION_S] [BEFORE_NORMSVC]
 #   BIN_DIR holds normsvc, normsvc_echo and normload (any layout below it).
+# CHANNELS (environment): the load generator's channels (connections),
+# default 8 as in service_vs_echo.sh.
 # Loads (the run name's suffix): c64 and c1 (1x4096, gamma and beta inline,
 # 64 and 1 in flight), c64r (1x4096 with registered gamma and beta: 16 KiB
 # each way), c64x16 and c64x16r (16x4096, inline and registered); the
@@ -34,6 +36,8 @@ duration=${4:-4}
 before=${5:-}
 variants=${VARIANTS-nospin=--idle_spin_us=0}
 variant_loads=${VARIANT_LOADS-c64 c64r c1}
+channels=${CHANNELS:-8}
+[[ $channels =~ ^[1-9][0-9]*$ ]] || { echo "thread_cpu: CHANNELS must be a positive integer" >&2; exit 1; }
 [[ -z $before || -x $before ]] || { echo "thread_cpu: $before is not an executable" >&2; exit 1; }
 all_loads="c64 c1 c64r c64x16 c64x16r"  # named_load's names, in the order every_load runs them
 for load_name in $variant_loads; do  # refuse a misspelt load before any run
@@ -62,7 +66,7 @@ load() {  # load RUN_NAME CONCURRENCY ROWS PARAMS
   thread_ticks >"$out/$1.t0"
   head -1 /proc/stat >"$out/$1.s0"
   "$normload" --target "127.0.0.1:$port" --mix "op=layernorm,dtype=fp32,rows=$3,hidden=4096,params=$4" \
-    --concurrency "$2" --channels 8 --warmup_s 1 --duration_s "$duration" --quiet \
+    --concurrency "$2" --channels "$channels" --warmup_s 1 --duration_s "$duration" --quiet \
     --json "$out/$1.json" >"$out/$1.txt" 2>&1 || echo "run $1 failed: see $1.txt" >&2
   head -1 /proc/stat >"$out/$1.s1"
   thread_ticks >"$out/$1.t1"
