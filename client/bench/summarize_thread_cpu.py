@@ -7,7 +7,8 @@ usage: summarize_thread_cpu.py OUT_DIR CLOCK_TICKS_PER_SECOND
 The CPU and the switches of a run (warm-up included) are divided by every
 request answered in it (normload's totals, warm-up included). Snapshots
 written before context switches were recorded ("NAME TICKS" lines) give
-no switch figures; runs without host snapshots (.s0/.s1) give no host figures.
+no switch figures; runs without host snapshots (.s0/.s1) give no host figures,
+and a folder without host_cpus counts the CPUs of the machine summarizing it.
 """
 import json
 import os
@@ -52,7 +53,10 @@ def main():
     directory = pathlib.Path(sys.argv[1])
     tick_us = 1e6 / float(sys.argv[2])
     runs = sorted(p.stem for p in directory.glob("*.c*.json"))
-    cpus = os.cpu_count()
+    # The CPUs of the host that ran the loads (thread_cpu.sh records them),
+    # not of the one summarizing.
+    cpus_file = directory / "host_cpus"
+    cpus = int(cpus_file.read_text()) if cpus_file.exists() else os.cpu_count()
     print("| run | req/s | GB/s | p50 ms | p99 ms | server CPU us/request | by thread group (us/request) "
           "| context switches/request (voluntary + involuntary) | host busy cores "
           "| rest of the host us/request |")
@@ -74,11 +78,11 @@ def main():
             switches = f"{sum(d[1] + d[2] for d in spent.values()) / answered:.2f}"
         shown = ", ".join(f"{name} {us:.0f}" for name, us in
                           sorted(per_group.items(), key=lambda item: -item[1]) if us >= 0.5)
+        server_us = sum(per_group.values())
         print(f"| {run} | {measured['req_per_s']:,.0f} | {measured['gb_per_s']:.2f} | "
               f"{measured['latency_ms']['p50']:.3f} | "
-              f"{measured['latency_ms']['p99']:.3f} | {sum(per_group.values()):.0f} | {shown} | "
-              f"{switches} | "
-              f"{host_figures(directory, run, cpus, tick_us, answered, sum(per_group.values()))} |")
+              f"{measured['latency_ms']['p99']:.3f} | {server_us:.0f} | {shown} | {switches} | "
+              f"{host_figures(directory, run, cpus, tick_us, answered, server_us)} |")
 
 
 if __name__ == "__main__":

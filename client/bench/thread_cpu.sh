@@ -23,7 +23,8 @@
 # hosts of 8 or more usable CPUs).
 # Writes OUT_DIR/<server><rep>.<load>.{json,t0,t1,s0,s1} (normload's JSON,
 # thread ticks and context switches before and after, the host's CPU ticks
-# from /proc/stat before and after) and OUT_DIR/summary.md. The host's
+# from /proc/stat before and after), OUT_DIR/host_cpus (the host's CPU
+# count) and OUT_DIR/summary.md. The host's
 # figures say whether the machine was saturated (busy cores against its
 # count) and what the rest of it (the load generator, mostly) spent a
 # request beside the server.
@@ -45,6 +46,7 @@ for load_name in $variant_loads; do  # refuse a misspelt load before any run
     echo "thread_cpu: unknown load '$load_name' in VARIANT_LOADS" >&2; exit 1; }
 done
 mkdir -p "$out"
+grep -c '^cpu[0-9]' /proc/stat >"$out/host_cpus"  # the host's CPUs, for the busy-core figures
 port=50251
 # shellcheck source=SCRIPTDIR/loopback_servers.sh
 source "$(dirname "${BASH_SOURCE[0]}")/loopback_servers.sh"
