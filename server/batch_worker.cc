@@ -4,6 +4,7 @@
 
 #include "absl/time/clock.h"
 #include "server/log.h"
+#include "server/thread_name.h"
 
 namespace normsvc::server {
 namespace {
@@ -86,7 +87,12 @@ BatchWorker::~BatchWorker() { Join(); }
 
 void BatchWorker::Start() {
   const int threads = 2 * executor_.slots();
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+  for (int i = 0; i < threads; ++i) {
+    threads_.emplace_back([this] {
+      NameCurrentThread("batch " + executor_.device().label);
+      Loop();
+    });
+  }
 }
 
 void BatchWorker::Join() {

@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <vector>
 
 #include "normsvc/kernels/reference.h"
@@ -31,6 +33,30 @@ double MeasureCopyBandwidth() {
   return elapsed > 0 ? 2.0 * kRounds * kBytes / elapsed : 0.0;
 }
 
+// 64-byte aligned copies of the forward inputs that a batch's tasks left in
+// gRPC's receive buffers split over pieces or misaligned (Task::received):
+// the reference kernels read a tensor as one array of its element type.
+class GatheredInputs {
+ public:
+  // `pointer` unchanged where `received` is absent or readable in place.
+  const void* Resolve(const void* pointer, const ReceivedBytes* received) {
+    if (received == nullptr || received->ReadableInPlace(kInPlaceAlignment)) return pointer;
+    const auto bytes = static_cast<std::size_t>(received->size());
+    void* copy = ::operator new (bytes, std::align_val_t{kAlignment});
+    copies_.emplace_back(copy);
+    received->CopyTo(0, received->size(), copy);
+    return copy;
+  }
+
+ private:
+  static constexpr std::size_t kInPlaceAlignment = 16;  // one 16-byte vector
+  static constexpr std::size_t kAlignment = 64;
+  struct Free {
+    void operator()(void* p) const { ::operator delete (p, std::align_val_t{kAlignment}); }
+  };
+  std::vector<std::unique_ptr<void, Free>> copies_;
+};
+
 }  // namespace
 
 CpuExecutor::CpuExecutor(const CpuExecutorOptions& options) : options_(options) {
@@ -56,8 +82,15 @@ BatchResult CpuExecutor::Run(const Batch& batch, int /*slot*/) {
   } else {
     std::vector<kernels::ForwardSegment> segments;
     segments.reserve(batch.tasks.size());
+    GatheredInputs gathered;
     for (const auto& task : batch.tasks) {
       kernels::ForwardSegment segment = task->forward;
+      if (const ReceivedInputs& r = task->received; r.any()) {
+        segment.x = gathered.Resolve(segment.x, r.x);
+        segment.residual = gathered.Resolve(segment.residual, r.residual);
+        segment.gamma = gathered.Resolve(segment.gamma, r.gamma);
+        segment.beta = gathered.Resolve(segment.beta, r.beta);
+      }
       if (task->parameters) {
         segment.gamma = task->parameters->gamma(options_.executor_index);
         segment.beta = task->parameters->beta(options_.executor_index);

@@ -19,6 +19,17 @@ int64_t Size(kernels::DType dtype) { return static_cast<int64_t>(kernels::DTypeS
 void CopyIn(char* staging, int64_t offset, const void* from, int64_t bytes) {
   if (offset >= 0 && from != nullptr && bytes > 0) std::memcpy(staging + offset, from, bytes);
 }
+// The same for a forward input: from gRPC's receive buffers when the task
+// left it there (Task::received), else from `from` + `skip`.
+void CopyInputIn(char* staging, int64_t offset, const void* from, const ReceivedBytes* received,
+                 int64_t skip, int64_t bytes) {
+  if (offset < 0 || from == nullptr || bytes <= 0) return;
+  if (received != nullptr) {
+    received->CopyTo(skip, bytes, staging + offset);
+  } else {
+    std::memcpy(staging + offset, static_cast<const char*>(from) + skip, bytes);
+  }
+}
 void CopyOut(void* to, const char* staging, int64_t offset, int64_t bytes) {
   if (offset >= 0 && to != nullptr && bytes > 0) std::memcpy(to, staging + offset, bytes);
 }
@@ -241,12 +252,12 @@ absl::Status GpuExecutor::RunRound(std::span<const TaskSlice> slices, Slot& slot
     if (!backward) {
       const kernels::ForwardSegment& f = t.forward;
       const int64_t row_bytes = t.hidden * Size(f.x_dtype);
-      CopyIn(slot.host, o.x, At(f.x, s.row_begin * row_bytes), s.rows * row_bytes);
-      if (f.residual != nullptr) {
-        CopyIn(slot.host, o.residual, At(f.residual, s.row_begin * row_bytes), s.rows * row_bytes);
-      }
-      CopyIn(slot.host, o.gamma, f.gamma, t.hidden * Size(f.param_dtype));
-      CopyIn(slot.host, o.beta, f.beta, t.hidden * Size(f.param_dtype));
+      const ReceivedInputs& r = t.received;
+      CopyInputIn(slot.host, o.x, f.x, r.x, s.row_begin * row_bytes, s.rows * row_bytes);
+      CopyInputIn(slot.host, o.residual, f.residual, r.residual, s.row_begin * row_bytes,
+                  s.rows * row_bytes);
+      CopyInputIn(slot.host, o.gamma, f.gamma, r.gamma, 0, t.hidden * Size(f.param_dtype));
+      CopyInputIn(slot.host, o.beta, f.beta, r.beta, 0, t.hidden * Size(f.param_dtype));
       kernels::ForwardSegment segment = f;
       segment.rows = s.rows;
       segment.x = device(o.x);

@@ -11,6 +11,7 @@
 #include "server/log.h"
 #include "server/process_telemetry.h"
 #include "server/sanitizer_allocator.h"
+#include "server/thread_name.h"
 
 namespace normsvc::server {
 
@@ -43,7 +44,10 @@ IdleMemoryReleaser::IdleMemoryReleaser(MemoryReleaseOptions options, std::functi
       metrics_(metrics),
       baseline_bytes_(ReadResidentBytes().value_or(0)) {
   if (options_.interval > absl::ZeroDuration() && HeapReleaseSupported()) {
-    thread_ = std::thread([this] { Loop(); });
+    thread_ = std::thread([this] {
+      NameCurrentThread("memory-release");
+      Loop();
+    });
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <grpcpp/server_context.h>
 
+#include "server/received_request.h"
 #include "server/status_mapping.h"
 #include "server/task_builder.h"
 #include "server/tensor_codec.h"
@@ -14,23 +15,27 @@ namespace normsvc::server {
 namespace {
 
 // Normalize: the request parsed by the call from the bytes gRPC received,
-// the response encoded by hand into the bytes it sends (wire_response.h),
-// so results go from the executor into the sent memory with one copy (or
-// none: the CPU executor writes there).
+// its tensors left in gRPC's buffers (received_request.h), and the response
+// encoded by hand into the bytes it sends (wire_response.h), so request
+// bytes reach the executor's staging memory with one copy, and results the
+// sent memory with one (or none: the CPU executor writes there).
 struct ForwardTraits {
-  using Request = v1::NormalizeRequest;
+  using Request = ReceivedNormalizeRequest;
   struct Response {
     grpc::ByteBuffer* sent;  // gRPC's, written once: when the task is built
     WireResponse wire;
   };
   static constexpr Method kMethod = Method::kNormalize;
+  static const v1::NormalizeRequest& Message(const Request& request) { return request.message; }
   static void SetRequestId(Response& response, uint64_t id) { response.wire.set_request_id(id); }
   static auto Validate(const Request& request, const ServiceContext& service) {
-    return ValidateNormalize(request, service.limits, *service.store);
+    return ValidateNormalize(request.message, request.tensor_data(), service.limits,
+                             *service.store);
   }
   static std::unique_ptr<Task> Build(const ForwardPlan& plan, const Request& request,
                                      Response& response, absl::Time deadline, TaskSink* sink) {
-    std::unique_ptr<Task> task = BuildForwardTask(plan, request, response.wire, deadline, sink);
+    std::unique_ptr<Task> task =
+        BuildForwardTask(plan, request.message, response.wire, deadline, sink);
     // The buffer shares the tensors' memory, which the executor fills later.
     *response.sent = response.wire.TakeBuffer();
     return task;
@@ -41,6 +46,7 @@ struct BackwardTraits {
   using Request = v1::NormalizeBackwardRequest;
   using Response = v1::NormalizeBackwardResponse*;
   static constexpr Method kMethod = Method::kNormalizeBackward;
+  static const Request& Message(const Request& request) { return request; }
   static void SetRequestId(Response& response, uint64_t id) { response->set_request_id(id); }
   static auto Validate(const Request& request, const ServiceContext& service) {
     return ValidateNormalizeBackward(request, service.limits, *service.store);
@@ -74,13 +80,13 @@ class TensorCall final : public grpc::ServerUnaryReactor, public TaskSink {
   // `received`: whether the request could be read (not OK: the reply).
   void Start(const absl::Status& received = absl::OkStatus()) {
     if (received.ok()) {  // else the metric's labels stay unknown
-      op_ = FromProtoOp(request_->op());
-      dtype_ = FromProtoDType(request_->input().dtype());
+      op_ = FromProtoOp(Traits::Message(*request_).op());
+      dtype_ = FromProtoDType(Traits::Message(*request_).input().dtype());
     }
     if (!service_.gate->TryEnter()) return Reply(ShuttingDown());
     entered_ = true;
     if (!received.ok()) return Reply(received);
-    Traits::SetRequestId(response_, request_->request_id());
+    Traits::SetRequestId(response_, Traits::Message(*request_).request_id());
     auto plan = Traits::Validate(*request_, service_);
     if (!plan.ok()) return Reply(plan.status());
     rows_ = plan->input.rows;
@@ -147,11 +153,11 @@ grpc::ServerUnaryReactor* StartNormalize(ServiceContext& service,
                                          grpc::CallbackServerContext* context,
                                          const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response) {
-  auto parsed = std::make_unique<v1::NormalizeRequest>();
-  // The received bytes are gRPC's, held until the call ends, and no longer
-  // needed once parsed: releasing them is what gRPC's typed methods do.
+  auto parsed = std::make_unique<ReceivedNormalizeRequest>();
+  // The received bytes are gRPC's, held by gRPC until the call ends; the
+  // parsed request takes its own references to them and empties the buffer.
   const absl::Status received =
-      ParseNormalizeRequest(const_cast<grpc::ByteBuffer*>(request), parsed.get());
+      ParseReceivedNormalizeRequest(const_cast<grpc::ByteBuffer*>(request), parsed.get());
   auto* call = new TensorCall<ForwardTraits>(service, context, std::move(parsed),
                                              ForwardTraits::Response{response, {}});
   call->Start(received);

@@ -1,9 +1,16 @@
 #include "server/reply_pool.h"
 
+#include "server/thread_name.h"
+
 namespace normsvc::server {
 
 ReplyPool::ReplyPool(int threads) {
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+  for (int i = 0; i < threads; ++i) {
+    threads_.emplace_back([this] {
+      NameCurrentThread("reply");
+      Loop();
+    });
+  }
 }
 
 ReplyPool::~ReplyPool() { Stop(); }

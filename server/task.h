@@ -2,7 +2,8 @@
 // through the batcher to an executor, and the Batch the batcher forms.
 //
 // A Task holds views, not copies: its input pointers point into the request
-// bytes gRPC parsed, its output pointers into the response's data strings,
+// bytes gRPC parsed (or, for the unary Normalize call, into the buffers gRPC
+// received: ReceivedInputs), its output pointers into the response's memory,
 // sized before scheduling. Both stay valid until the sink's OnTaskDone.
 #pragma once
 
@@ -14,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "normsvc/kernels/types.h"
+#include "server/received_bytes.h"
 
 namespace normsvc::server {
 
@@ -57,12 +59,30 @@ class TaskSink {
 
 enum class TaskKind : uint8_t { kForward, kBackward };
 
+// Forward inputs left in gRPC's receive buffers (the unary Normalize call
+// parses without copying its tensors). Where one is set, the matching
+// pointer in Task::forward marks the tensor present and points at its first
+// byte, but the bytes may continue in other pieces, or be misaligned for the
+// kernels: executors read them through these (ReceivedBytes::CopyTo) into
+// memory of their own.
+struct ReceivedInputs {
+  const ReceivedBytes* x = nullptr;
+  const ReceivedBytes* residual = nullptr;
+  const ReceivedBytes* gamma = nullptr;  // inline gamma
+  const ReceivedBytes* beta = nullptr;   // inline beta
+
+  bool any() const {
+    return x != nullptr || residual != nullptr || gamma != nullptr || beta != nullptr;
+  }
+};
+
 struct Task {
   TaskKind kind = TaskKind::kForward;
   // Host views. Forward: x, residual, inline gamma/beta in; out,
   // residual_out, mean, rstd out. Backward: x, dy, inline gamma, mean, rstd
   // in; dx, dgamma, dbeta out. All row strides equal the hidden size.
   kernels::ForwardSegment forward;
+  ReceivedInputs received;  // forward only
   kernels::BackwardArgs backward;
   // A registered set; when present it supplies gamma/beta (and the views'
   // gamma/beta are null). Held here so a concurrent Delete or replace cannot

@@ -72,6 +72,8 @@ std::unique_ptr<Task> BuildForwardTask(const ForwardPlan& plan, const v1::Normal
   s.residual_row_stride = in.hidden;
   s.gamma = plan.parameters.gamma;
   s.beta = plan.parameters.beta;
+  task->received = {in.received, plan.residual_received, plan.parameters.gamma_received,
+                    plan.parameters.beta_received};
 
   const int64_t elements = in.rows * in.hidden;
   s.out = results.AllocateTensor(v1::NormalizeResponse::kOutputFieldNumber, plan.out_dtype, shape,

@@ -32,20 +32,32 @@ absl::StatusOr<kernels::DType> CheckDType(const v1::Tensor& tensor, absl::string
   return *dtype;
 }
 
-absl::Status CheckDataLength(const v1::Tensor& tensor, absl::string_view field, int64_t expected,
+// A tensor's data: in the message, or received beside it (`received`).
+struct Data {
+  const void* first = nullptr;  // the first byte
+  int64_t size = 0;
+  const ReceivedBytes* received = nullptr;
+};
+
+Data DataOf(const v1::Tensor& tensor, const ReceivedBytes* received) {
+  if (received != nullptr) return {received->first(), received->size(), received};
+  return {TensorData(tensor), static_cast<int64_t>(tensor.data().size()), nullptr};
+}
+
+absl::Status CheckDataLength(const Data& data, absl::string_view field, int64_t expected,
                              const Shape& shape, int rank, kernels::DType dtype) {
-  if (static_cast<int64_t>(tensor.data().size()) != expected) {
-    return Invalid(
-        absl::StrCat(field, ".data"),
-        absl::StrCat(tensor.data().size(), " bytes, but shape ", ShapeString(shape, rank), " of ",
-                     ProtoDTypeName(dtype), " needs ", expected));
+  if (data.size != expected) {
+    return Invalid(absl::StrCat(field, ".data"),
+                   absl::StrCat(data.size, " bytes, but shape ", ShapeString(shape, rank), " of ",
+                                ProtoDTypeName(dtype), " needs ", expected));
   }
   return absl::OkStatus();
 }
 
 // An activation tensor: at least one dimension, the last is H.
 absl::StatusOr<TensorView> CheckActivation(const v1::Tensor& tensor, absl::string_view field,
-                                           const RequestLimits& limits) {
+                                           const RequestLimits& limits,
+                                           const ReceivedBytes* received = nullptr) {
   absl::StatusOr<kernels::DType> dtype = CheckDType(tensor, field);
   if (!dtype.ok()) return dtype.status();
   const Shape& shape = tensor.shape();
@@ -90,16 +102,18 @@ absl::StatusOr<TensorView> CheckActivation(const v1::Tensor& tensor, absl::strin
     return Invalid(shape_field, absl::StrCat(bytes, " bytes exceed the limit of ",
                                              limits.max_request_bytes, " (--max_request_bytes)"));
   }
-  if (absl::Status st = CheckDataLength(tensor, field, bytes, shape, shape.size(), *dtype);
+  const Data data = DataOf(tensor, received);
+  if (absl::Status st = CheckDataLength(data, field, bytes, shape, shape.size(), *dtype);
       !st.ok()) {
     return st;
   }
-  return TensorView{*dtype, TensorData(tensor), rows, hidden, bytes};
+  return TensorView{*dtype, data.first, data.received, rows, hidden, bytes};
 }
 
 // A tensor that must match the input exactly (residual, grad_output).
 absl::Status CheckLikeInput(const v1::Tensor& tensor, absl::string_view field,
-                            const v1::Tensor& input, const TensorView& view) {
+                            const v1::Tensor& input, const TensorView& view,
+                            const ReceivedBytes* received = nullptr) {
   if (tensor.dtype() != input.dtype()) {
     return Invalid(absl::StrCat(field, ".dtype"),
                    absl::StrCat("must equal input.dtype (", ProtoDTypeName(view.dtype), ")"));
@@ -110,8 +124,8 @@ absl::Status CheckLikeInput(const v1::Tensor& tensor, absl::string_view field,
         absl::StrCat(field, ".shape"),
         absl::StrCat("must equal input.shape ", ShapeString(input.shape(), input.shape().size())));
   }
-  return CheckDataLength(tensor, field, view.bytes, tensor.shape(), tensor.shape().size(),
-                         view.dtype);
+  return CheckDataLength(DataOf(tensor, received), field, view.bytes, tensor.shape(),
+                         tensor.shape().size(), view.dtype);
 }
 
 // Saved statistics for backward: FP32, shape = input.shape without its last dimension.
@@ -125,8 +139,8 @@ absl::StatusOr<const float*> CheckStatistic(const v1::Tensor& tensor, absl::stri
                    absl::StrCat("must be input.shape without its last dimension, ",
                                 ShapeString(input.shape(), rank)));
   }
-  if (absl::Status st =
-          CheckDataLength(tensor, field, view.rows * 4, tensor.shape(), rank, kernels::DType::kF32);
+  if (absl::Status st = CheckDataLength(DataOf(tensor, nullptr), field, view.rows * 4,
+                                        tensor.shape(), rank, kernels::DType::kF32);
       !st.ok()) {
     return st;
   }
@@ -151,7 +165,8 @@ absl::StatusOr<kernels::NormOp> CheckOp(v1::NormOp proto_op) {
 
 // An inline parameter: FP32 or the activation dtype, shape [H].
 absl::Status CheckInlineParameter(const v1::Tensor& tensor, absl::string_view field,
-                                  const TensorView& input, std::optional<kernels::DType> required) {
+                                  const TensorView& input, std::optional<kernels::DType> required,
+                                  const ReceivedBytes* received) {
   absl::StatusOr<kernels::DType> dtype = CheckDType(tensor, field);
   if (!dtype.ok()) return dtype.status();
   if (required && *dtype != *required) {
@@ -164,14 +179,18 @@ absl::Status CheckInlineParameter(const v1::Tensor& tensor, absl::string_view fi
   if (tensor.shape().size() != 1 || tensor.shape().Get(0) != input.hidden) {
     return Invalid(absl::StrCat(field, ".shape"), absl::StrCat("must be [", input.hidden, "]"));
   }
-  return CheckDataLength(tensor, field,
+  return CheckDataLength(DataOf(tensor, received), field,
                          input.hidden * static_cast<int64_t>(kernels::DTypeSize(*dtype)),
                          tensor.shape(), 1, *dtype);
 }
 
+// `gamma_received`, `beta_received`: where the inline tensors' data was
+// received beside the message, else null.
 absl::StatusOr<ParameterViews> CheckParameters(const v1::Parameters& parameters, kernels::NormOp op,
                                                const TensorView& input, bool uses_beta,
-                                               const ParameterStore& store) {
+                                               const ParameterStore& store,
+                                               const ReceivedBytes* gamma_received = nullptr,
+                                               const ReceivedBytes* beta_received = nullptr) {
   ParameterViews views;
   views.dtype = input.dtype;
   if (parameters.source_case() == v1::Parameters::kName) {
@@ -203,28 +222,32 @@ absl::StatusOr<ParameterViews> CheckParameters(const v1::Parameters& parameters,
   const v1::Parameters::Inline& params = parameters.inline_();
   std::optional<kernels::DType> gamma_dtype;
   if (params.has_gamma()) {
-    if (absl::Status st =
-            CheckInlineParameter(params.gamma(), "parameters.inline.gamma", input, std::nullopt);
+    if (absl::Status st = CheckInlineParameter(params.gamma(), "parameters.inline.gamma", input,
+                                               std::nullopt, gamma_received);
         !st.ok()) {
       return st;
     }
     gamma_dtype = *FromProtoDType(params.gamma().dtype());
     views.dtype = *gamma_dtype;
-    views.gamma = TensorData(params.gamma());
-    views.inline_bytes += static_cast<int64_t>(params.gamma().data().size());
+    const Data data = DataOf(params.gamma(), gamma_received);
+    views.gamma = data.first;
+    views.gamma_received = data.received;
+    views.inline_bytes += data.size;
   }
   if (params.has_beta() && uses_beta) {
     if (op == kernels::NormOp::kRmsNorm) {
       return Invalid("parameters.inline.beta", "RMS_NORM takes no beta");
     }
-    if (absl::Status st =
-            CheckInlineParameter(params.beta(), "parameters.inline.beta", input, gamma_dtype);
+    if (absl::Status st = CheckInlineParameter(params.beta(), "parameters.inline.beta", input,
+                                               gamma_dtype, beta_received);
         !st.ok()) {
       return st;
     }
     views.dtype = *FromProtoDType(params.beta().dtype());
-    views.beta = TensorData(params.beta());
-    views.inline_bytes += static_cast<int64_t>(params.beta().data().size());
+    const Data data = DataOf(params.beta(), beta_received);
+    views.beta = data.first;
+    views.beta_received = data.received;
+    views.inline_bytes += data.size;
   }
   return views;
 }
@@ -242,15 +265,23 @@ absl::Status ValidateParameterSetName(absl::string_view name, absl::string_view 
   return absl::OkStatus();
 }
 
-absl::StatusOr<ForwardPlan> ValidateNormalize(const v1::NormalizeRequest& request,
-                                              const RequestLimits& limits,
-                                              const ParameterStore& store) {
+namespace {
+
+// `received`: where the tensors' data was received beside the message, else null.
+absl::StatusOr<ForwardPlan> ValidateForward(const v1::NormalizeRequest& request,
+                                            const ReceivedTensorData* received,
+                                            const RequestLimits& limits,
+                                            const ParameterStore& store) {
+  auto received_of = [received](const ReceivedBytes* ReceivedTensorData::*which) {
+    return received != nullptr ? received->*which : nullptr;
+  };
   ForwardPlan plan;
   absl::StatusOr<kernels::NormOp> op = CheckOp(request.op());
   if (!op.ok()) return op.status();
   plan.op = *op;
   if (!request.has_input()) return Invalid("input", "required");
-  absl::StatusOr<TensorView> input = CheckActivation(request.input(), "input", limits);
+  absl::StatusOr<TensorView> input =
+      CheckActivation(request.input(), "input", limits, received_of(&ReceivedTensorData::input));
   if (!input.ok()) return input.status();
   plan.input = *input;
   absl::StatusOr<float> epsilon = CheckEpsilon(request.epsilon());
@@ -265,20 +296,24 @@ absl::StatusOr<ForwardPlan> ValidateNormalize(const v1::NormalizeRequest& reques
                                                 static_cast<int>(request.output_dtype())));
   }
   if (request.has_residual()) {
-    if (absl::Status st =
-            CheckLikeInput(request.residual(), "residual", request.input(), plan.input);
+    const ReceivedBytes* residual_received = received_of(&ReceivedTensorData::residual);
+    if (absl::Status st = CheckLikeInput(request.residual(), "residual", request.input(),
+                                         plan.input, residual_received);
         !st.ok()) {
       return st;
     }
-    plan.residual = TensorData(request.residual());
+    const Data data = DataOf(request.residual(), residual_received);
+    plan.residual = data.first;
+    plan.residual_received = data.received;
   }
   if (request.return_residual_sum() && plan.residual == nullptr) {
     return Invalid("return_residual_sum", "requires residual");
   }
   plan.return_residual_sum = request.return_residual_sum();
   plan.return_statistics = request.return_statistics();
-  absl::StatusOr<ParameterViews> params =
-      CheckParameters(request.parameters(), plan.op, plan.input, /*uses_beta=*/true, store);
+  absl::StatusOr<ParameterViews> params = CheckParameters(
+      request.parameters(), plan.op, plan.input, /*uses_beta=*/true, store,
+      received_of(&ReceivedTensorData::gamma), received_of(&ReceivedTensorData::beta));
   if (!params.ok()) return params.status();
   plan.parameters = *std::move(params);
   if (const int64_t reply = ForwardReplyDataBytes(plan); reply > kMaxReplyDataBytes) {
@@ -287,6 +322,21 @@ absl::StatusOr<ForwardPlan> ValidateNormalize(const v1::NormalizeRequest& reques
                                          kMaxReplyDataBytes, ")"));
   }
   return plan;
+}
+
+}  // namespace
+
+absl::StatusOr<ForwardPlan> ValidateNormalize(const v1::NormalizeRequest& request,
+                                              const RequestLimits& limits,
+                                              const ParameterStore& store) {
+  return ValidateForward(request, nullptr, limits, store);
+}
+
+absl::StatusOr<ForwardPlan> ValidateNormalize(const v1::NormalizeRequest& request,
+                                              const ReceivedTensorData& received,
+                                              const RequestLimits& limits,
+                                              const ParameterStore& store) {
+  return ValidateForward(request, &received, limits, store);
 }
 
 int64_t ForwardReplyDataBytes(const ForwardPlan& plan) {
@@ -375,7 +425,7 @@ absl::StatusOr<RegisterPlan> ValidateRegisterParameters(
       }
       if (hidden != plan.hidden) return Invalid(shape_field, "must equal gamma.shape");
     }
-    if (absl::Status st = CheckDataLength(*tensor, field,
+    if (absl::Status st = CheckDataLength(DataOf(*tensor, nullptr), field,
                                           hidden * static_cast<int64_t>(kernels::DTypeSize(*dtype)),
                                           tensor->shape(), 1, *dtype);
         !st.ok()) {

@@ -15,6 +15,7 @@
 #include "normsvc/kernels/types.h"
 #include "normsvc/v1/normalizer.pb.h"
 #include "server/parameter_store.h"
+#include "server/received_bytes.h"
 
 namespace normsvc::server {
 
@@ -31,18 +32,33 @@ struct RequestLimits {
 // A validated activation tensor: rows x hidden, row-major, dense.
 struct TensorView {
   kernels::DType dtype = kernels::DType::kF32;
+  // The first byte. When `received` is set the bytes may continue in other
+  // pieces of gRPC's buffers: read them through `received`.
   const void* data = nullptr;
+  const ReceivedBytes* received = nullptr;
   int64_t rows = 0;
   int64_t hidden = 0;
   int64_t bytes = 0;
+};
+
+// The data of a NormalizeRequest's tensors where a parser kept it beside the
+// message, in pieces of gRPC's buffers (received_request.h); the message's
+// own data fields are then empty. Each pointer is non-null.
+struct ReceivedTensorData {
+  const ReceivedBytes* input;
+  const ReceivedBytes* residual;
+  const ReceivedBytes* gamma;  // parameters.inline.gamma
+  const ReceivedBytes* beta;   // parameters.inline.beta
 };
 
 // gamma/beta of a request: a registered set or inline views (or neither).
 struct ParameterViews {
   std::shared_ptr<const ParameterSet> set;
   kernels::DType dtype = kernels::DType::kF32;
-  const void* gamma = nullptr;  // inline only
+  const void* gamma = nullptr;  // inline only (the first byte, as TensorView::data)
   const void* beta = nullptr;   // inline only
+  const ReceivedBytes* gamma_received = nullptr;  // as TensorView::received
+  const ReceivedBytes* beta_received = nullptr;
   int64_t inline_bytes = 0;
 };
 
@@ -50,7 +66,8 @@ struct ForwardPlan {
   kernels::NormOp op = kernels::NormOp::kLayerNorm;
   float epsilon = kDefaultEpsilon;
   TensorView input;
-  const void* residual = nullptr;
+  const void* residual = nullptr;  // the first byte, as TensorView::data
+  const ReceivedBytes* residual_received = nullptr;
   kernels::DType out_dtype = kernels::DType::kF32;
   bool return_residual_sum = false;
   bool return_statistics = false;
@@ -84,6 +101,12 @@ int64_t ForwardReplyDataBytes(const ForwardPlan& plan);
 inline constexpr int64_t kMaxReplyDataBytes = int64_t{0x7fffffff} - (int64_t{1} << 16);
 
 absl::StatusOr<ForwardPlan> ValidateNormalize(const v1::NormalizeRequest& request,
+                                              const RequestLimits& limits,
+                                              const ParameterStore& store);
+// The same for a request whose tensors' data was received beside it; the
+// plan's views point into `received`.
+absl::StatusOr<ForwardPlan> ValidateNormalize(const v1::NormalizeRequest& request,
+                                              const ReceivedTensorData& received,
                                               const RequestLimits& limits,
                                               const ParameterStore& store);
 absl::StatusOr<BackwardPlan> ValidateNormalizeBackward(const v1::NormalizeBackwardRequest& request,

@@ -3,7 +3,6 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
 #include <grpc/slice.h>
-#include <grpcpp/support/proto_buffer_reader.h>
 
 #include "server/tensor_codec.h"
 
@@ -79,24 +78,6 @@ grpc::ByteBuffer WireResponse::TakeBuffer() {
   grpc::ByteBuffer buffer(slices_.data(), slices_.size());
   slices_.clear();
   return buffer;
-}
-
-absl::Status ParseNormalizeRequest(grpc::ByteBuffer* bytes, v1::NormalizeRequest* request) {
-  if (!bytes->Valid()) {  // no payload: the message of all defaults
-    request->Clear();
-    return absl::OkStatus();
-  }
-  bool parsed = false;
-  {
-    grpc::ProtoBufferReader reader(bytes);
-    parsed = reader.status().ok() && request->ParseFromZeroCopyStream(&reader);
-  }
-  bytes->Clear();
-  if (!parsed) {
-    return absl::InvalidArgumentError(
-        "request: the message is not a valid normsvc.v1.NormalizeRequest");
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace normsvc::server

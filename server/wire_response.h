@@ -48,10 +48,4 @@ class WireResponse final : public ForwardResultMemory {
   void WriteRequestIdOnce();
 };
 
-// Parses a NormalizeRequest from the bytes gRPC received and releases them
-// (as gRPC does after parsing a typed method's message: the request is not
-// held twice while it waits and runs); INVALID_ARGUMENT when they are not
-// one.
-absl::Status ParseNormalizeRequest(grpc::ByteBuffer* bytes, v1::NormalizeRequest* request);
-
 }  // namespace normsvc::server

@@ -8,9 +8,14 @@
 // target checks the validation contract: whatever passes is a plan whose
 // views lie inside the request and whose sizes agree with shape and dtype
 // (every byte of every view is read, so ASan sees a view that overruns).
+// NormalizeRequest bytes also go through the unary call's own parser
+// (received_request.h), cut into slices at points the bytes choose: it must
+// accept exactly what protobuf accepts, give the same fields, and validation
+// must answer the same for both.
 //
 // Seed corpus: NORMSVC_FUZZ_WRITE_SEEDS=<dir> ./fuzz_requests writes valid
 // requests of every kind into <dir> and exits.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,6 +23,7 @@
 #include "fuzz_contract.h"
 #include "normsvc/v1/normalizer.pb.h"
 #include "server/parameter_store.h"
+#include "server/received_request.h"
 #include "server/validation.h"
 #include "server_fixture.h"
 
@@ -77,11 +83,64 @@ void CheckParameters(const ParameterViews& params, const TensorView& input) {
   Require(params.inline_bytes == inline_bytes, "inline parameter bytes");
 }
 
+// A received tensor's data against the bytes protobuf parsed for it.
+void RequireSameData(const normsvc::server::ReceivedBytes& received, const std::string& expected) {
+  std::string flat(static_cast<size_t>(received.size()), '\0');
+  received.CopyTo(0, received.size(), flat.data());
+  Require(flat == expected, "received tensor data differs from protobuf's");
+}
+
+// The unary call's parser on the same bytes, against protobuf's parse
+// (`request`, or none) and the validation of it (`plan`).
+void CompareReceivedParse(const uint8_t* data, size_t size, const v1::NormalizeRequest* request,
+                          const Fixture& f, const RequestLimits& limits,
+                          const absl::StatusOr<ForwardPlan>* plan) {
+  std::vector<grpc::Slice> slices;
+  size_t at = 0;
+  for (size_t step = 1; at < size; step = step * 3 + (data[at] & 7)) {
+    const size_t n = std::min(step, size - at);
+    slices.emplace_back(data + at, n);
+    at += n;
+  }
+  grpc::ByteBuffer buffer(slices.data(), slices.size());
+  normsvc::server::ReceivedNormalizeRequest received;
+  const bool parsed = normsvc::server::ParseReceivedNormalizeRequest(&buffer, &received).ok();
+  Require(parsed == (request != nullptr), "received parse and protobuf disagree on the bytes");
+  if (!parsed) return;
+  v1::NormalizeRequest without_data = *request;
+  const v1::Parameters::Inline& inline_parameters = request->parameters().inline_();
+  RequireSameData(received.input, request->input().data());
+  RequireSameData(received.residual, request->residual().data());
+  RequireSameData(received.gamma, inline_parameters.gamma().data());
+  RequireSameData(received.beta, inline_parameters.beta().data());
+  if (without_data.has_input()) without_data.mutable_input()->clear_data();
+  if (without_data.has_residual()) without_data.mutable_residual()->clear_data();
+  if (without_data.parameters().has_inline_()) {
+    v1::Parameters::Inline* in = without_data.mutable_parameters()->mutable_inline_();
+    if (in->has_gamma()) in->mutable_gamma()->clear_data();
+    if (in->has_beta()) in->mutable_beta()->clear_data();
+  }
+  Require(received.message.SerializeAsString() == without_data.SerializeAsString(),
+          "received parse and protobuf disagree on a field");
+  absl::StatusOr<ForwardPlan> received_plan =
+      ValidateNormalize(received.message, received.tensor_data(), limits, *f.store);
+  Require(received_plan.status() == plan->status(), "validation differs for the received parse");
+  if (received_plan.ok()) {
+    Require(received_plan->input.bytes == (*plan)->input.bytes, "received plan input bytes");
+    Require(received_plan->parameters.inline_bytes == (*plan)->parameters.inline_bytes,
+            "received plan inline bytes");
+  }
+}
+
 void FuzzNormalize(const uint8_t* data, size_t size, const Fixture& f,
                    const RequestLimits& limits) {
   v1::NormalizeRequest request;
-  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) {
+    CompareReceivedParse(data, size, nullptr, f, limits, nullptr);
+    return;
+  }
   absl::StatusOr<ForwardPlan> plan = ValidateNormalize(request, limits, *f.store);
+  CompareReceivedParse(data, size, &request, f, limits, &plan);
   if (!plan.ok()) {
     Report(plan.status());
     return;

@@ -2,9 +2,11 @@
 // oracle, a full batch of one configuration (its segment table in the
 // inputs' copy; spinning and sleeping waits), row-chunked requests larger
 // than the staging buffer, registered
-// parameters in device memory, two slots at once, and an injected CUDA
+// parameters in device memory, requests whose tensors stayed in the
+// received bytes (split over slices, misaligned), two slots at once, and an injected CUDA
 // error that fails one batch while the executor keeps serving. Skips, with
 // the reason, where no GPU is visible.
+#include <algorithm>
 #include <deque>
 #include <thread>
 
@@ -12,6 +14,7 @@
 
 #include "server/gpu_backend.h"
 #include "server/parameter_store.h"
+#include "server/received_request.h"
 #include "server/task_builder.h"
 #include "server/validation.h"
 #include "test_support.h"
@@ -28,6 +31,7 @@ class NullSink final : public TaskSink {
 // Requests and responses that outlive the batch that points into them.
 struct Prepared {
   std::deque<ForwardRequest> forward;  // stable addresses: tasks view their bytes
+  std::deque<ReceivedNormalizeRequest> received;
   std::vector<std::unique_ptr<v1::NormalizeResponse>> responses;
   Batch batch;
 };
@@ -51,15 +55,33 @@ class GpuExecutorTest : public ::testing::Test {
                                               std::vector<Executor*>{executor_.get()});
   }
 
-  void Add(Prepared& p, ForwardRequest made_in) {
+  // `slice_bytes` > 0: the request arrives as the unary call receives it,
+  // serialized and cut into slices of that many bytes (the last shorter),
+  // its tensors left there (received_request.h).
+  void Add(Prepared& p, ForwardRequest made_in, std::size_t slice_bytes = 0) {
     p.forward.push_back(std::move(made_in));
     const ForwardRequest& made = p.forward.back();
-    absl::StatusOr<ForwardPlan> plan = ValidateNormalize(made.request, limits_, *store_);
+    const v1::NormalizeRequest* message = &made.request;
+    absl::StatusOr<ForwardPlan> plan;
+    if (slice_bytes > 0) {
+      const std::string bytes = made.request.SerializeAsString();
+      std::vector<grpc::Slice> slices;
+      for (std::size_t at = 0; at < bytes.size(); at += slice_bytes) {
+        slices.emplace_back(bytes.data() + at, std::min(slice_bytes, bytes.size() - at));
+      }
+      grpc::ByteBuffer buffer(slices.data(), slices.size());
+      ReceivedNormalizeRequest& received = p.received.emplace_back();
+      ASSERT_TRUE(ParseReceivedNormalizeRequest(&buffer, &received).ok());
+      message = &received.message;
+      plan = ValidateNormalize(received.message, received.tensor_data(), limits_, *store_);
+    } else {
+      plan = ValidateNormalize(made.request, limits_, *store_);
+    }
     ASSERT_TRUE(plan.ok()) << plan.status();
     p.responses.push_back(std::make_unique<v1::NormalizeResponse>());
     p.responses.back()->set_request_id(made.request.request_id());
-    std::unique_ptr<Task> task = BuildForwardTask(*plan, made.request, p.responses.back().get(),
-                                                  absl::InfiniteFuture(), &sink_);
+    std::unique_ptr<Task> task =
+        BuildForwardTask(*plan, *message, p.responses.back().get(), absl::InfiniteFuture(), &sink_);
     // Poison the outputs: a result must come from the run.
     PoisonOutputs(*p.responses.back());
     p.batch.rows += task->rows;
@@ -83,7 +105,7 @@ class GpuExecutorTest : public ::testing::Test {
           << p.forward[i].request.ShortDebugString().substr(0, 200);
     }
   }
-  Prepared MixedBatch(std::mt19937_64& rng, int tasks) {
+  Prepared MixedBatch(std::mt19937_64& rng, int tasks, std::size_t slice_bytes = 0) {
     Prepared p;
     for (int i = 0; i < tasks; ++i) {
       ForwardCase c;
@@ -97,7 +119,7 @@ class GpuExecutorTest : public ::testing::Test {
       c.inline_gamma = i % 2 == 0;
       c.inline_beta = c.op == NormOp::kLayerNorm && i % 4 == 0;
       if (i % 5 == 0) c.output_dtype = DType::kF32;
-      Add(p, MakeForwardRequest(rng, c, i));
+      Add(p, MakeForwardRequest(rng, c, i), slice_bytes);
     }
     return p;
   }
@@ -199,6 +221,29 @@ TEST_F(GpuExecutorTest, RequestsLargerThanTheStagingBufferRunInRowChunks) {
   const BatchResult result = executor_->Run(batch, 0);
   ASSERT_TRUE(result.statuses.at(0).ok()) << result.statuses[0];
   EXPECT_TRUE(CheckBackward(request, gamma.values, response));
+}
+
+// The unary call's requests: tensors split over slices (a prime slice size,
+// so they are misaligned too), copied piecewise into staging; one batch of
+// mixed requests, then one request larger than staging, in row chunks.
+TEST_F(GpuExecutorTest, TensorsReceivedInPiecesMatchTheOracle) {
+  std::mt19937_64 rng(TestSeed() + 43);
+  Prepared p = MixedBatch(rng, 30, /*slice_bytes=*/4099);
+  int split = 0;
+  for (const auto& task : p.batch.tasks) {
+    split += task->received.x != nullptr && !task->received.x->contiguous() ? 1 : 0;
+  }
+  EXPECT_GT(split, 3);
+  ExpectAllCorrect(p, executor_->Run(p.batch, 0));
+
+  ForwardCase c;
+  c.shape = {300, 4096};
+  c.residual = c.return_residual_sum = c.return_statistics = true;
+  c.inline_gamma = c.inline_beta = true;
+  Prepared large;
+  Add(large, MakeForwardRequest(rng, c, 1), /*slice_bytes=*/16381);
+  ASSERT_GT(large.batch.staging_bytes, executor_->max_batch_staging_bytes());
+  ExpectAllCorrect(large, executor_->Run(large.batch, 1));
 }
 
 TEST_F(GpuExecutorTest, RegisteredParametersAreReadFromDeviceMemory) {

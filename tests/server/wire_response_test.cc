@@ -1,5 +1,5 @@
 // WireResponse (the hand-encoded Normalize reply) against protobuf's own
-// serializer, and ParseNormalizeRequest on good and bad bytes.
+// serializer.
 #include "server/wire_response.h"
 
 #include <cstring>
@@ -94,43 +94,6 @@ TEST(WireResponseTest, EncodesExactlyWhatProtobufSerializes) {
     EXPECT_EQ(parsed.request_id(), id);
     EXPECT_EQ(parsed.output().data(), expected.output().data());
   }
-}
-
-TEST(WireResponseTest, ParsesRequestsAndRefusesBytesThatAreNone) {
-  std::mt19937_64 rng(TestSeed());
-  v1::NormalizeRequest request;
-  request.set_request_id(rng());
-  request.set_op(v1::RMS_NORM);
-  request.mutable_input()->set_dtype(v1::BF16);
-  request.mutable_input()->add_shape(3);
-  request.mutable_input()->add_shape(1000);
-  request.mutable_input()->set_data(RandomBytes(rng, 6000));
-  const std::string bytes = request.SerializeAsString();
-  auto buffer_of = [](const std::string& b) {
-    // Two slices, split inside the data, as gRPC's frames may be.
-    grpc::Slice slices[] = {grpc::Slice(b.data(), b.size() / 2),
-                            grpc::Slice(b.data() + b.size() / 2, b.size() - b.size() / 2)};
-    return grpc::ByteBuffer(slices, 2);
-  };
-  v1::NormalizeRequest parsed;
-  grpc::ByteBuffer received = buffer_of(bytes);
-  ASSERT_TRUE(ParseNormalizeRequest(&received, &parsed).ok());
-  EXPECT_EQ(parsed.SerializeAsString(), bytes);
-  EXPECT_FALSE(received.Valid());  // released once parsed
-
-  for (const std::string& bad : {bytes.substr(0, bytes.size() - 100), std::string("\x0f\x01", 2),
-                                 std::string("\x12\x7f\x08", 3)}) {
-    grpc::ByteBuffer bad_bytes = buffer_of(bad);
-    const absl::Status status = ParseNormalizeRequest(&bad_bytes, &parsed);
-    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(status.message().find("not a valid normsvc.v1.NormalizeRequest"), std::string::npos)
-        << status.message();
-  }
-  // No bytes at all: the request of all defaults (which validation refuses).
-  parsed.set_request_id(5);
-  grpc::ByteBuffer nothing;
-  EXPECT_TRUE(ParseNormalizeRequest(&nothing, &parsed).ok());
-  EXPECT_EQ(parsed.request_id(), 0u);
 }
 
 }  // namespace

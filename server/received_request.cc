@@ -1,0 +1,307 @@
+#include "server/received_request.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+namespace normsvc::server {
+namespace {
+
+// Protobuf's wire types.
+enum WireType : uint32_t {
+  kVarint = 0,
+  kFixed64 = 1,
+  kLengthDelimited = 2,
+  kStartGroup = 3,
+  kEndGroup = 4,
+  kFixed32 = 5,
+};
+constexpr int kMaxGroupDepth = 100;  // protobuf's default recursion limit
+
+constexpr uint32_t MakeTag(int field, WireType wire_type) {
+  return (static_cast<uint32_t>(field) << 3) | wire_type;
+}
+
+// Reads a message held in gRPC's slices, in order, across slice boundaries.
+class Cursor {
+ public:
+  explicit Cursor(const std::vector<grpc::Slice>& slices) : slices_(slices) {
+    for (const grpc::Slice& slice : slices_) end_ += static_cast<int64_t>(slice.size());
+    SkipExhausted();
+  }
+
+  int64_t position() const { return position_; }
+  int64_t end() const { return end_; }
+
+  // At most `max_bytes` bytes (10: any 64-bit value); bits beyond the 64th
+  // are dropped, as protobuf drops them.
+  bool ReadVarint(uint64_t* value, int max_bytes = 10) {
+    uint64_t result = 0;
+    for (int shift = 0; shift < 7 * max_bytes; shift += 7) {
+      if (position_ >= end_) return false;
+      const uint8_t byte = slices_[index_].begin()[offset_];
+      Advance(1);
+      if (shift < 64) result |= uint64_t{byte & 0x7fu} << shift;
+      if ((byte & 0x80u) == 0) {
+        *value = result;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The next `count` bytes: appended to `out` as pieces, not copied.
+  bool ReadPieces(int64_t count, ReceivedBytes* out) {
+    return Take(count, [out](const char* data, std::size_t n) { out->Append(data, n); });
+  }
+  // The next `count` bytes: copied to the end of `out`.
+  bool CopyBytes(int64_t count, std::string* out) {
+    return Take(count, [out](const char* data, std::size_t n) { out->append(data, n); });
+  }
+
+ private:
+  template <typename Sink>
+  bool Take(int64_t count, Sink sink) {
+    if (count < 0 || count > end_ - position_) return false;
+    while (count > 0) {
+      const grpc::Slice& slice = slices_[index_];
+      const std::size_t n = std::min(slice.size() - offset_, static_cast<std::size_t>(count));
+      sink(reinterpret_cast<const char*>(slice.begin()) + offset_, n);
+      Advance(n);
+      count -= static_cast<int64_t>(n);
+    }
+    return true;
+  }
+  // `n` bytes of the current slice.
+  void Advance(std::size_t n) {
+    offset_ += n;
+    position_ += static_cast<int64_t>(n);
+    SkipExhausted();
+  }
+  void SkipExhausted() {
+    while (index_ < slices_.size() && offset_ >= slices_[index_].size()) {
+      ++index_;
+      offset_ = 0;
+    }
+  }
+
+  const std::vector<grpc::Slice>& slices_;
+  std::size_t index_ = 0;
+  std::size_t offset_ = 0;
+  int64_t position_ = 0;
+  int64_t end_ = 0;
+};
+
+void AppendVarint(uint64_t value, std::string* out) {
+  while (value >= 0x80) {
+    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
+    value >>= 7;
+  }
+  out->push_back(static_cast<char>(value));
+}
+
+// Tags and lengths are 32-bit varints: at most 5 bytes, as protobuf reads them.
+constexpr int kMaxVarint32Bytes = 5;
+
+// A field's tag, within the enclosing message (ending at `limit`).
+bool ReadTag(Cursor& cursor, int64_t limit, uint32_t* tag) {
+  uint64_t value = 0;
+  if (!cursor.ReadVarint(&value, kMaxVarint32Bytes) || cursor.position() > limit) return false;
+  if (value > std::numeric_limits<uint32_t>::max() || (value >> 3) == 0) return false;
+  *tag = static_cast<uint32_t>(value);
+  return true;
+}
+
+// A length-delimited field's length, which must fit the enclosing message.
+bool ReadLength(Cursor& cursor, int64_t limit, int64_t* length) {
+  uint64_t value = 0;
+  if (!cursor.ReadVarint(&value, kMaxVarint32Bytes) || cursor.position() > limit) return false;
+  if (value > static_cast<uint64_t>(limit - cursor.position())) return false;
+  *length = static_cast<int64_t>(value);
+  return true;
+}
+
+// Copies the field whose tag was just read, tag and value, to `out`, for
+// protobuf to parse: the fields this parser leaves to it.
+bool CopyField(Cursor& cursor, int64_t limit, uint32_t tag, std::string* out, int depth) {
+  AppendVarint(tag, out);
+  switch (tag & 7) {
+    case kVarint: {
+      uint64_t value = 0;
+      if (!cursor.ReadVarint(&value)) return false;
+      AppendVarint(value, out);
+      break;
+    }
+    case kFixed64:
+      if (!cursor.CopyBytes(8, out)) return false;
+      break;
+    case kFixed32:
+      if (!cursor.CopyBytes(4, out)) return false;
+      break;
+    case kLengthDelimited: {
+      int64_t length = 0;
+      if (!ReadLength(cursor, limit, &length)) return false;
+      AppendVarint(static_cast<uint64_t>(length), out);
+      if (!cursor.CopyBytes(length, out)) return false;
+      break;
+    }
+    case kStartGroup:
+      if (depth >= kMaxGroupDepth) return false;
+      while (true) {
+        uint32_t inner = 0;
+        if (!ReadTag(cursor, limit, &inner)) return false;
+        if ((inner & 7) == kEndGroup) {
+          if ((inner >> 3) != (tag >> 3)) return false;
+          AppendVarint(inner, out);
+          break;
+        }
+        if (!CopyField(cursor, limit, inner, out, depth + 1)) return false;
+      }
+      break;
+    default:  // an end group without its start, or wire types 6 and 7
+      return false;
+  }
+  return cursor.position() <= limit;
+}
+
+// Merges what protobuf parses into `message` (as its parser merges a field
+// met again: the last scalar wins, repeated fields append).
+template <typename Message>
+bool MergeCopied(std::string* copied, Message* message) {
+  const bool ok = copied->empty() || message->MergeFromString(*copied);
+  copied->clear();
+  return ok;
+}
+
+bool ParseTensor(Cursor& cursor, int64_t limit, v1::Tensor* tensor, ReceivedBytes* data) {
+  std::string copied;
+  while (cursor.position() < limit) {
+    uint32_t tag = 0;
+    if (!ReadTag(cursor, limit, &tag)) return false;
+    if (tag == MakeTag(v1::Tensor::kDataFieldNumber, kLengthDelimited)) {
+      int64_t length = 0;
+      if (!ReadLength(cursor, limit, &length)) return false;
+      data->Clear();  // the last occurrence wins
+      if (!cursor.ReadPieces(length, data)) return false;
+    } else if (!CopyField(cursor, limit, tag, &copied, 0)) {
+      return false;
+    }
+  }
+  return cursor.position() == limit && MergeCopied(&copied, tensor);
+}
+
+bool ParseInline(Cursor& cursor, int64_t limit, v1::Parameters::Inline* parameters,
+                 ReceivedNormalizeRequest* request) {
+  std::string copied;
+  while (cursor.position() < limit) {
+    uint32_t tag = 0;
+    if (!ReadTag(cursor, limit, &tag)) return false;
+    const bool gamma = tag == MakeTag(v1::Parameters::Inline::kGammaFieldNumber, kLengthDelimited);
+    const bool beta = tag == MakeTag(v1::Parameters::Inline::kBetaFieldNumber, kLengthDelimited);
+    if (gamma || beta) {
+      int64_t length = 0;
+      if (!ReadLength(cursor, limit, &length)) return false;
+      const int64_t end = cursor.position() + length;
+      const bool ok = gamma ? ParseTensor(cursor, end, parameters->mutable_gamma(), &request->gamma)
+                            : ParseTensor(cursor, end, parameters->mutable_beta(), &request->beta);
+      if (!ok) return false;
+    } else if (!CopyField(cursor, limit, tag, &copied, 0)) {
+      return false;
+    }
+  }
+  return cursor.position() == limit && MergeCopied(&copied, parameters);
+}
+
+bool ParseParameters(Cursor& cursor, int64_t limit, v1::Parameters* parameters,
+                     ReceivedNormalizeRequest* request) {
+  // `name` and `inline` are one oneof: the one met last wins, so what
+  // protobuf parses is merged before each `inline`, in wire order.
+  std::string copied;
+  auto merge = [&] {
+    const bool ok = MergeCopied(&copied, parameters);
+    if (!parameters->has_inline_()) {  // a name replaced the inline tensors
+      request->gamma.Clear();
+      request->beta.Clear();
+    }
+    return ok;
+  };
+  while (cursor.position() < limit) {
+    uint32_t tag = 0;
+    if (!ReadTag(cursor, limit, &tag)) return false;
+    if (tag == MakeTag(v1::Parameters::kInlineFieldNumber, kLengthDelimited)) {
+      int64_t length = 0;
+      if (!merge() || !ReadLength(cursor, limit, &length)) return false;
+      if (!ParseInline(cursor, cursor.position() + length, parameters->mutable_inline_(),
+                       request)) {
+        return false;
+      }
+    } else if (!CopyField(cursor, limit, tag, &copied, 0)) {
+      return false;
+    }
+  }
+  return cursor.position() == limit && merge();
+}
+
+bool ParseRequest(Cursor& cursor, ReceivedNormalizeRequest* request) {
+  v1::NormalizeRequest& message = request->message;
+  std::string copied;  // no field left to protobuf touches the tensors
+  const int64_t limit = cursor.end();
+  while (cursor.position() < limit) {
+    uint32_t tag = 0;
+    if (!ReadTag(cursor, limit, &tag)) return false;
+    const int field = static_cast<int>(tag >> 3);
+    const bool message_field =
+        (tag & 7) == kLengthDelimited && (field == v1::NormalizeRequest::kInputFieldNumber ||
+                                          field == v1::NormalizeRequest::kResidualFieldNumber ||
+                                          field == v1::NormalizeRequest::kParametersFieldNumber);
+    if (!message_field) {
+      if (!CopyField(cursor, limit, tag, &copied, 0)) return false;
+      continue;
+    }
+    int64_t length = 0;
+    if (!ReadLength(cursor, limit, &length)) return false;
+    const int64_t end = cursor.position() + length;
+    bool ok = false;
+    if (field == v1::NormalizeRequest::kInputFieldNumber) {
+      ok = ParseTensor(cursor, end, message.mutable_input(), &request->input);
+    } else if (field == v1::NormalizeRequest::kResidualFieldNumber) {
+      ok = ParseTensor(cursor, end, message.mutable_residual(), &request->residual);
+    } else {
+      ok = ParseParameters(cursor, end, message.mutable_parameters(), request);
+    }
+    if (!ok) return false;
+  }
+  return MergeCopied(&copied, &message);
+}
+
+void Reset(ReceivedNormalizeRequest* request) {
+  request->message.Clear();
+  for (ReceivedBytes* bytes :
+       {&request->input, &request->residual, &request->gamma, &request->beta})
+    bytes->Clear();
+  request->buffers.clear();
+}
+
+}  // namespace
+
+absl::Status ParseReceivedNormalizeRequest(grpc::ByteBuffer* bytes,
+                                           ReceivedNormalizeRequest* request) {
+  Reset(request);
+  if (!bytes->Valid()) return absl::OkStatus();  // no payload: the message of all defaults
+  // Dump takes references to the slices; nothing is copied.
+  bool parsed = bytes->Dump(&request->buffers).ok();
+  bytes->Clear();
+  if (parsed) {
+    Cursor cursor(request->buffers);
+    parsed = ParseRequest(cursor, request);
+  }
+  if (!parsed) {
+    Reset(request);
+    return absl::InvalidArgumentError(
+        "request: the message is not a valid normsvc.v1.NormalizeRequest");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace normsvc::server
