@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <string>
 
 namespace normsvc::server {
@@ -108,9 +107,9 @@ constexpr int kMaxVarint32Bytes = 5;
 bool ReadTag(Cursor& cursor, int64_t limit, uint32_t* tag) {
   uint64_t value = 0;
   if (!cursor.ReadVarint(&value, kMaxVarint32Bytes) || cursor.position() > limit) return false;
-  if (value > std::numeric_limits<uint32_t>::max() || (value >> 3) == 0) return false;
+  // Bits past the 32nd are dropped, as protobuf drops them.
   *tag = static_cast<uint32_t>(value);
-  return true;
+  return (*tag >> 3) != 0;
 }
 
 // A length-delimited field's length, which must fit the enclosing message.

@@ -97,9 +97,11 @@ void CompareReceivedParse(const uint8_t* data, size_t size, const v1::NormalizeR
                           const absl::StatusOr<ForwardPlan>* plan) {
   std::vector<grpc::Slice> slices;
   size_t at = 0;
-  for (size_t step = 1; at < size; step = step * 3 + (data[at] & 7)) {
+  size_t step = 1;  // slices of growing, input-chosen sizes
+  while (at < size) {
     const size_t n = std::min(step, size - at);
     slices.emplace_back(data + at, n);
+    step = step * 3 + (data[at] & 7);
     at += n;
   }
   grpc::ByteBuffer buffer(slices.data(), slices.size());

@@ -224,7 +224,9 @@ TEST(ReceivedRequestTest, AgreesWithProtobufOnTruncatedAndCorruptedBytes) {
   EXPECT_GT(refused, 100);  // the bad bytes were bad often enough to test refusals
   for (const std::string& bad :
        {std::string("\x0f\x01", 2), std::string("\x12\x7f\x08", 3), std::string("\x1a\x05\x1a", 3),
-        std::string("\x2a\x03\x12\x01", 4), std::string("\x00", 1), std::string("\x0c", 1)}) {
+        std::string("\x2a\x03\x12\x01", 4), std::string("\x00", 1), std::string("\x0c", 1),
+        // A five-byte tag with bits past the 32nd (protobuf drops them).
+        std::string("\x10\x01\xb8\xbe\xbe\xbe\x41\x01", 8)}) {
     ExpectSameAsProtobuf(rng, bad);
   }
 }
