@@ -16,7 +16,14 @@ enum WireType : uint32_t {
   kEndGroup = 4,
   kFixed32 = 5,
 };
-constexpr int kMaxGroupDepth = 100;  // protobuf's default recursion limit
+// protobuf's default recursion limit: messages and groups nest at most 100
+// levels below the request (the request is level 0, its input level 1).
+constexpr int kMaxNesting = 100;
+constexpr int kRequestLevel = 0;
+constexpr int kTensorLevel = 1;        // input, residual
+constexpr int kParametersLevel = 1;    // parameters
+constexpr int kInlineLevel = 2;        // parameters.inline
+constexpr int kInlineTensorLevel = 3;  // parameters.inline.gamma, .beta
 
 constexpr uint32_t MakeTag(int field, WireType wire_type) {
   return (static_cast<uint32_t>(field) << 3) | wire_type;
@@ -122,8 +129,10 @@ bool ReadLength(Cursor& cursor, int64_t limit, int64_t* length) {
 }
 
 // Copies the field whose tag was just read, tag and value, to `out`, for
-// protobuf to parse: the fields this parser leaves to it.
-bool CopyField(Cursor& cursor, int64_t limit, uint32_t tag, std::string* out, int depth) {
+// protobuf to parse: the fields this parser leaves to it. `level`: the
+// nesting level of the message the field belongs to, so that unknown
+// groups nest no deeper than protobuf lets them.
+bool CopyField(Cursor& cursor, int64_t limit, uint32_t tag, std::string* out, int level) {
   AppendVarint(tag, out);
   switch (tag & 7) {
     case kVarint: {
@@ -146,7 +155,7 @@ bool CopyField(Cursor& cursor, int64_t limit, uint32_t tag, std::string* out, in
       break;
     }
     case kStartGroup:
-      if (depth >= kMaxGroupDepth) return false;
+      if (level + 1 > kMaxNesting) return false;
       while (true) {
         uint32_t inner = 0;
         if (!ReadTag(cursor, limit, &inner)) return false;
@@ -155,7 +164,7 @@ bool CopyField(Cursor& cursor, int64_t limit, uint32_t tag, std::string* out, in
           AppendVarint(inner, out);
           break;
         }
-        if (!CopyField(cursor, limit, inner, out, depth + 1)) return false;
+        if (!CopyField(cursor, limit, inner, out, level + 1)) return false;
       }
       break;
     default:  // an end group without its start, or wire types 6 and 7
@@ -173,7 +182,8 @@ bool MergeCopied(std::string* copied, Message* message) {
   return ok;
 }
 
-bool ParseTensor(Cursor& cursor, int64_t limit, v1::Tensor* tensor, ReceivedBytes* data) {
+bool ParseTensor(Cursor& cursor, int64_t limit, int level, v1::Tensor* tensor,
+                 ReceivedBytes* data) {
   std::string copied;
   while (cursor.position() < limit) {
     uint32_t tag = 0;
@@ -183,7 +193,7 @@ bool ParseTensor(Cursor& cursor, int64_t limit, v1::Tensor* tensor, ReceivedByte
       if (!ReadLength(cursor, limit, &length)) return false;
       data->Clear();  // the last occurrence wins
       if (!cursor.ReadPieces(length, data)) return false;
-    } else if (!CopyField(cursor, limit, tag, &copied, 0)) {
+    } else if (!CopyField(cursor, limit, tag, &copied, level)) {
       return false;
     }
   }
@@ -202,10 +212,12 @@ bool ParseInline(Cursor& cursor, int64_t limit, v1::Parameters::Inline* paramete
       int64_t length = 0;
       if (!ReadLength(cursor, limit, &length)) return false;
       const int64_t end = cursor.position() + length;
-      const bool ok = gamma ? ParseTensor(cursor, end, parameters->mutable_gamma(), &request->gamma)
-                            : ParseTensor(cursor, end, parameters->mutable_beta(), &request->beta);
+      const bool ok = gamma ? ParseTensor(cursor, end, kInlineTensorLevel,
+                                          parameters->mutable_gamma(), &request->gamma)
+                            : ParseTensor(cursor, end, kInlineTensorLevel,
+                                          parameters->mutable_beta(), &request->beta);
       if (!ok) return false;
-    } else if (!CopyField(cursor, limit, tag, &copied, 0)) {
+    } else if (!CopyField(cursor, limit, tag, &copied, kInlineLevel)) {
       return false;
     }
   }
@@ -235,7 +247,7 @@ bool ParseParameters(Cursor& cursor, int64_t limit, v1::Parameters* parameters,
                        request)) {
         return false;
       }
-    } else if (!CopyField(cursor, limit, tag, &copied, 0)) {
+    } else if (!CopyField(cursor, limit, tag, &copied, kParametersLevel)) {
       return false;
     }
   }
@@ -255,7 +267,7 @@ bool ParseRequest(Cursor& cursor, ReceivedNormalizeRequest* request) {
                                           field == v1::NormalizeRequest::kResidualFieldNumber ||
                                           field == v1::NormalizeRequest::kParametersFieldNumber);
     if (!message_field) {
-      if (!CopyField(cursor, limit, tag, &copied, 0)) return false;
+      if (!CopyField(cursor, limit, tag, &copied, kRequestLevel)) return false;
       continue;
     }
     int64_t length = 0;
@@ -263,9 +275,9 @@ bool ParseRequest(Cursor& cursor, ReceivedNormalizeRequest* request) {
     const int64_t end = cursor.position() + length;
     bool ok = false;
     if (field == v1::NormalizeRequest::kInputFieldNumber) {
-      ok = ParseTensor(cursor, end, message.mutable_input(), &request->input);
+      ok = ParseTensor(cursor, end, kTensorLevel, message.mutable_input(), &request->input);
     } else if (field == v1::NormalizeRequest::kResidualFieldNumber) {
-      ok = ParseTensor(cursor, end, message.mutable_residual(), &request->residual);
+      ok = ParseTensor(cursor, end, kTensorLevel, message.mutable_residual(), &request->residual);
     } else {
       ok = ParseParameters(cursor, end, message.mutable_parameters(), request);
     }

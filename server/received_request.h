@@ -20,6 +20,13 @@
 namespace normsvc::server {
 
 struct ReceivedNormalizeRequest {
+  ReceivedNormalizeRequest() = default;
+  // Not copyable: the pieces may point into `buffers`' own slice objects
+  // (gRPC keeps a few bytes inline in the slice), which a copy would not
+  // own.
+  ReceivedNormalizeRequest(const ReceivedNormalizeRequest&) = delete;
+  ReceivedNormalizeRequest& operator=(const ReceivedNormalizeRequest&) = delete;
+
   // Every field of the request except the data of input, residual and
   // parameters.inline.{gamma,beta}, which are empty here: the rest below.
   v1::NormalizeRequest message;
@@ -32,8 +39,9 @@ struct ReceivedNormalizeRequest {
 
 // Parses `bytes` and takes them over (`bytes` is left empty, as gRPC's
 // typed methods leave it after parsing). Gives the message protobuf's parser
-// gives for the same bytes, field for field (the four tensors' data aside),
-// unknown fields included; INVALID_ARGUMENT where protobuf would fail.
+// (3.21) gives for the same bytes, field for field (the four tensors' data
+// aside), unknown fields included, and INVALID_ARGUMENT where it fails: on
+// malformed bytes, and on messages and groups nested more than 100 deep.
 absl::Status ParseReceivedNormalizeRequest(grpc::ByteBuffer* bytes,
                                            ReceivedNormalizeRequest* request);
 

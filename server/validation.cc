@@ -40,7 +40,13 @@ struct Data {
 };
 
 Data DataOf(const v1::Tensor& tensor, const ReceivedBytes* received) {
-  if (received != nullptr) return {received->first(), received->size(), received};
+  if (received != nullptr) {
+    // A present tensor has a non-null address even with no bytes, as a
+    // protobuf string's data() has: views mark presence by it.
+    static constexpr char kNoBytes = 0;
+    const char* first = received->size() > 0 ? received->first() : &kNoBytes;
+    return {first, received->size(), received};
+  }
   return {TensorData(tensor), static_cast<int64_t>(tensor.data().size()), nullptr};
 }
 

@@ -17,6 +17,7 @@
 // requests of every kind into <dir> and exits.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -127,10 +128,39 @@ void CompareReceivedParse(const uint8_t* data, size_t size, const v1::NormalizeR
   absl::StatusOr<ForwardPlan> received_plan =
       ValidateNormalize(received.message, received.tensor_data(), limits, *f.store);
   Require(received_plan.status() == plan->status(), "validation differs for the received parse");
-  if (received_plan.ok()) {
-    Require(received_plan->input.bytes == (*plan)->input.bytes, "received plan input bytes");
-    Require(received_plan->parameters.inline_bytes == (*plan)->parameters.inline_bytes,
-            "received plan inline bytes");
+  if (!received_plan.ok()) return;
+  const ForwardPlan& a = *received_plan;
+  const ForwardPlan& b = **plan;
+  Require(a.input.bytes == b.input.bytes && a.input.rows == b.input.rows &&
+              a.input.hidden == b.input.hidden && a.input.dtype == b.input.dtype,
+          "received plan input");
+  Require(a.parameters.inline_bytes == b.parameters.inline_bytes, "received plan inline bytes");
+  Require(a.return_residual_sum == b.return_residual_sum, "received plan residual sum");
+  // Every view present in both or in neither, with the same bytes behind it.
+  const int64_t param_bytes = a.input.hidden * Size(a.parameters.dtype);
+  const struct {
+    const void* a_data;
+    const normsvc::server::ReceivedBytes* a_received;
+    const void* b_data;
+    int64_t bytes;
+  } views[] = {
+      {a.input.data, a.input.received, b.input.data, a.input.bytes},
+      {a.residual, a.residual_received, b.residual, a.input.bytes},
+      {a.parameters.gamma, a.parameters.gamma_received, b.parameters.gamma, param_bytes},
+      {a.parameters.beta, a.parameters.beta_received, b.parameters.beta, param_bytes},
+  };
+  for (const auto& view : views) {
+    Require((view.a_data != nullptr) == (view.b_data != nullptr), "a view present in one plan");
+    if (view.a_data == nullptr || view.bytes == 0) continue;
+    std::string through_received(static_cast<size_t>(view.bytes), '\0');
+    if (view.a_received != nullptr) {
+      Require(view.a_received->size() >= view.bytes, "a received view shorter than its tensor");
+      view.a_received->CopyTo(0, view.bytes, through_received.data());
+    } else {
+      std::memcpy(through_received.data(), view.a_data, static_cast<size_t>(view.bytes));
+    }
+    Require(std::memcmp(through_received.data(), view.b_data, static_cast<size_t>(view.bytes)) == 0,
+            "a received view's bytes differ from protobuf's");
   }
 }
 

@@ -222,13 +222,78 @@ TEST(ReceivedRequestTest, AgreesWithProtobufOnTruncatedAndCorruptedBytes) {
     if (HasFatalFailure()) return;
   }
   EXPECT_GT(refused, 100);  // the bad bytes were bad often enough to test refusals
-  for (const std::string& bad :
+  // Hand-made cases, refused and accepted alike.
+  for (const std::string& bytes :
        {std::string("\x0f\x01", 2), std::string("\x12\x7f\x08", 3), std::string("\x1a\x05\x1a", 3),
         std::string("\x2a\x03\x12\x01", 4), std::string("\x00", 1), std::string("\x0c", 1),
         // A five-byte tag with bits past the 32nd (protobuf drops them).
         std::string("\x10\x01\xb8\xbe\xbe\xbe\x41\x01", 8)}) {
-    ExpectSameAsProtobuf(rng, bad);
+    ExpectSameAsProtobuf(rng, bytes);
   }
+}
+
+std::string Varint(uint64_t value) {
+  std::string out;
+  while (value >= 0x80) {
+    out.push_back(static_cast<char>((value & 0x7f) | 0x80));
+    value >>= 7;
+  }
+  out.push_back(static_cast<char>(value));
+  return out;
+}
+
+// Field `field` of wire type 2 holding `payload`.
+std::string LengthDelimited(int field, const std::string& payload) {
+  return Varint(static_cast<uint64_t>(field) << 3 | 2) + Varint(payload.size()) + payload;
+}
+
+// `count` unknown groups (field 100), each inside the one before.
+std::string NestedGroups(int count) {
+  std::string start = Varint(100 << 3 | 3), end = Varint(100 << 3 | 4), out;
+  for (int i = 0; i < count; ++i) out += start;
+  for (int i = 0; i < count; ++i) out += end;
+  return out;
+}
+
+// protobuf lets messages and groups nest 100 levels below the request; the
+// parser refuses exactly where protobuf does, at every level it parses
+// itself: the request (0), input (1), parameters.inline.gamma (3).
+TEST(ReceivedRequestTest, AgreesWithProtobufOnDeeplyNestedGroups) {
+  std::mt19937_64 rng(TestSeed() + 76);
+  int refused = 0;
+  for (int groups = 95; groups <= 101; ++groups) {
+    const std::string nested = NestedGroups(groups);
+    const std::string in_gamma = LengthDelimited(5, LengthDelimited(2, LengthDelimited(1, nested)));
+    for (const std::string& bytes : {nested, LengthDelimited(3, nested), in_gamma}) {
+      v1::NormalizeRequest probe;
+      refused += probe.ParseFromString(bytes) ? 0 : 1;
+      ExpectSameAsProtobuf(rng, bytes);
+    }
+  }
+  EXPECT_EQ(refused, 1 + 2 + 4);  // over 100 levels: 101; 100 and 101; 98 to 101
+}
+
+// A tensor with no data (zero rows) is present all the same: validation
+// gives the plan protobuf's path gives, its residual included.
+TEST(ReceivedRequestTest, EmptyTensorsAreStillPresent) {
+  std::mt19937_64 rng(TestSeed() + 77);
+  ParameterStore store(ParameterLimits{}, {});
+  ForwardCase c;
+  c.shape = {0, 64};
+  c.residual = c.return_residual_sum = true;
+  const ForwardRequest made = MakeForwardRequest(rng, c, 1);
+  absl::StatusOr<ForwardPlan> expected = ValidateNormalize(made.request, RequestLimits{}, store);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  grpc::ByteBuffer buffer = RandomlySliced(rng, made.request.SerializeAsString());
+  ReceivedNormalizeRequest received;
+  ASSERT_TRUE(ParseReceivedNormalizeRequest(&buffer, &received).ok());
+  absl::StatusOr<ForwardPlan> plan =
+      ValidateNormalize(received.message, received.tensor_data(), RequestLimits{}, store);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->input.rows, 0);
+  EXPECT_NE(plan->input.data, nullptr);
+  EXPECT_NE(plan->residual, nullptr);
+  EXPECT_TRUE(plan->return_residual_sum);
 }
 
 TEST(ReceivedRequestTest, NoBytesAreTheRequestOfAllDefaults) {
