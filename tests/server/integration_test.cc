@@ -3,6 +3,7 @@
 // Every result is checked against the double-precision oracle. Runs on the
 // CPU backend everywhere and on the CUDA backend where a GPU is visible.
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -379,6 +380,38 @@ TEST_P(IntegrationTest, NormalizeRepliesAreTheBytesProtobufWouldWrite) {
     EXPECT_EQ(response.output().shape_size(), static_cast<int>(c.shape.size()));
     EXPECT_EQ(response.has_mean(), c.op == NormOp::kLayerNorm);
     EXPECT_TRUE(response.has_rstd());
+  }
+}
+
+// Normalize parses the received bytes itself: a request the client sent
+// gzip- or deflate-compressed reaches it decompressed. The values are random
+// but drawn from four, so the messages compress (gRPC sends a message
+// uncompressed when compressing would not shrink it).
+TEST_P(IntegrationTest, CompressedRequestsAreServed) {
+  std::mt19937_64 rng(TestSeed() + 7);
+  const float values[] = {-1.5f, -0.5f, 0.25f, 2.0f};
+  for (const grpc_compression_algorithm algorithm : {GRPC_COMPRESS_GZIP, GRPC_COMPRESS_DEFLATE}) {
+    SCOPED_TRACE(::testing::Message() << "algorithm " << static_cast<int>(algorithm));
+    v1::NormalizeRequest request;
+    request.set_request_id(rng() | 1);
+    request.set_op(v1::LAYER_NORM);
+    v1::Tensor* input = request.mutable_input();
+    input->set_dtype(v1::FP32);
+    input->add_shape(8);
+    input->add_shape(4096);
+    std::string data(8 * 4096 * sizeof(float), '\0');
+    for (std::size_t i = 0; i < data.size(); i += sizeof(float)) {
+      std::memcpy(&data[i], &values[rng() % 4], sizeof(float));
+    }
+    input->set_data(data);
+    v1::NormalizeResponse response;
+    response.mutable_output()->set_data(std::string(data.size(), '\x7f'));  // poison
+    auto context = ContextWithDeadline();
+    context->set_compression_algorithm(algorithm);
+    const grpc::Status status = stub_->Normalize(context.get(), request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.request_id(), request.request_id());
+    EXPECT_TRUE(CheckForward(request, {}, {}, response));
   }
 }
 
