@@ -4,14 +4,17 @@
 //   norm_bench [--json PATH] [--iterations N] [--quick] [--forward-only]
 //              [--backward-only] [--backward-dx-only] [--hidden H]
 //              [--dtype bf16|fp32] [--ring off|two-block-clusters|every-plan]
-//              [--param_staging off|one-wave] [--elements N]
+//              [--param_staging off|one-wave] [--backward-realign on|off]
+//              [--elements N]
 // --elements sets the large shapes' size: rows = ceil(N / H), N >= 2^20
 // (default 2^24, the floor of 16M elements; 2^26 is the 64M
 // elements of a bf16 16384 x 4096 tensor), recorded in the JSON.
 // --ring sets which one-segment launches take the ring kernel
 // (kernels/src/ring_policy.h; default two-block-clusters); --param_staging
 // which ones stage gamma/beta in shared memory (kernels/src/param_staging.h;
-// default one-wave); the JSON records both.
+// default one-wave); --backward-realign whether backward rows of H not a
+// multiple of the vector width take BackwardRealignKernel (default on) or
+// the strided plan's kernel; the JSON records all three.
 // --backward-only, --hidden and --dtype narrow the large shapes to the cases
 // named (for profiling one kernel); the small-batch and multi-segment cases
 // run only when neither --hidden nor --backward-only is given.
@@ -35,6 +38,7 @@
 #include <vector>
 
 #include "bench_timing.h"
+#include "kernel_registry.h"
 #include "launch_plan.h"
 #include "normsvc/kernels/gpu.h"
 #include "param_staging.h"
@@ -97,6 +101,16 @@ std::string PlanName(const kernels::detail::KernelPlan& p) {
   return text;
 }
 
+// The plan a backward of contiguous rows from 16-byte aligned buffers takes
+// (BackwardRealignKernel's, named "realign", where it serves).
+std::string BackwardPlanName(int64_t hidden, DType dtype) {
+  const kernels::detail::KernelPlan realign = kernels::detail::PlanBackwardRealign(hidden, dtype);
+  if (realign.slots > 0 && kernels::detail::BackwardRealignEnabled()) {
+    return "realign" + PlanName(realign).substr(std::strlen("vector"));
+  }
+  return PlanName(kernels::detail::PlanBackward(hidden, dtype));
+}
+
 ForwardSegment Segment(NormOp op, DType dtype, int64_t rows, int64_t hidden, const void* x,
                        void* out, const Pool& pool) {
   ForwardSegment s;
@@ -146,7 +160,7 @@ Record Backward(NormOp op, DType dtype, int64_t hidden, const Pool& pool, int it
   Record r{dx_only ? "backward_dx" : "backward",
            kernels::NormOpName(op),
            kernels::DTypeName(dtype),
-           PlanName(kernels::detail::PlanBackward(hidden, dtype)),
+           BackwardPlanName(hidden, dtype),
            rows,
            hidden};
   r.bytes = static_cast<double>(rows * hidden * 3 * size);
@@ -347,10 +361,12 @@ void WriteJson(const char* path, const std::vector<Record>& records, const cudaD
   }
   std::fprintf(f,
                "{\"device\": \"%s\", \"sm_count\": %d, \"l2_bytes\": %d, \"ring\": \"%s\", "
-               "\"param_staging\": \"%s\", \"large_elements\": %lld, \"records\": [\n",
+               "\"param_staging\": \"%s\", \"backward_realign\": \"%s\", "
+               "\"large_elements\": %lld, \"records\": [\n",
                prop.name, prop.multiProcessorCount, prop.l2CacheSize,
                RingPolicyName(kernels::detail::GetRingPolicy()),
                ParamStagingName(kernels::detail::GetParamStaging()),
+               kernels::detail::BackwardRealignEnabled() ? "on" : "off",
                static_cast<long long>(large_elements));
   for (std::size_t i = 0; i < records.size(); ++i) {
     const Record& r = records[i];
@@ -408,6 +424,14 @@ int main(int argc, char** argv) {
         return 2;
       }
       normsvc::kernels::detail::SetRingPolicy(policy);
+    } else if (!std::strcmp(argv[i], "--backward-realign") && i + 1 < argc) {
+      const std::string value = argv[++i];
+      if (value != "on" && value != "off") {
+        std::fprintf(stderr, "norm_bench: --backward-realign takes on or off, not %s\n",
+                     value.c_str());
+        return 2;
+      }
+      normsvc::kernels::detail::SetBackwardRealignEnabled(value == "on");
     } else if (!std::strcmp(argv[i], "--elements") && i + 1 < argc) {
       large_elements = std::atoll(argv[++i]);
       if (large_elements < (int64_t{1} << 20)) {
@@ -427,7 +451,8 @@ int main(int argc, char** argv) {
                    "                  [--backward-only] [--backward-dx-only] [--hidden H]\n"
                    "                  [--dtype bf16|fp32]\n"
                    "                  [--ring off|two-block-clusters|every-plan]\n"
-                   "                  [--param_staging off|one-wave] [--elements N]\n");
+                   "                  [--param_staging off|one-wave] [--backward-realign on|off]\n"
+                   "                  [--elements N]\n");
       return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }
   }

@@ -8,4 +8,8 @@ BackwardKernel FindBackwardKernelBF16(const KernelPlan& plan, int64_t hidden, No
   return BackwardKernelFor<__nv_bfloat16>(plan, hidden, op, saved_stats, aligned);
 }
 
+BackwardKernel FindRealignBackwardKernelBF16(const KernelPlan& plan, NormOp op, bool saved_stats) {
+  return RealignBackwardKernelFor<__nv_bfloat16>(plan, op, saved_stats);
+}
+
 }  // namespace normsvc::kernels::detail

@@ -8,4 +8,8 @@ BackwardKernel FindBackwardKernelF32(const KernelPlan& plan, int64_t hidden, Nor
   return BackwardKernelFor<float>(plan, hidden, op, saved_stats, aligned);
 }
 
+BackwardKernel FindRealignBackwardKernelF32(const KernelPlan& plan, NormOp op, bool saved_stats) {
+  return RealignBackwardKernelFor<float>(plan, op, saved_stats);
+}
+
 }  // namespace normsvc::kernels::detail

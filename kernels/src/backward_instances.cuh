@@ -4,6 +4,7 @@
 #pragma once
 
 #include "backward_kernel.cuh"
+#include "backward_realign_kernel.cuh"
 #include "backward_staged_kernel.cuh"
 #include "kernel_registry.h"
 
@@ -72,6 +73,30 @@ BackwardKernel BackwardKernelFor(const KernelPlan& plan, int64_t hidden, NormOp 
       return nullptr;
     case Layout::kStreamed:
       return BackwardStreamedKernel<T>;
+  }
+  return nullptr;
+}
+
+// The BackwardRealignKernel of a PlanBackwardRealign plan (one or two words
+// a thread), LayerNorm or RMSNorm, with saved or recomputed statistics.
+template <typename T>
+BackwardKernel RealignBackwardKernelFor(const KernelPlan& plan, NormOp op, bool saved_stats) {
+  const bool layer_norm = op == NormOp::kLayerNorm;
+  if (plan.slots == 1) {
+    if (layer_norm) {
+      return saved_stats ? BackwardRealignKernel<T, 1, true, true>
+                         : BackwardRealignKernel<T, 1, true, false>;
+    }
+    return saved_stats ? BackwardRealignKernel<T, 1, false, true>
+                       : BackwardRealignKernel<T, 1, false, false>;
+  }
+  if (plan.slots == 2) {
+    if (layer_norm) {
+      return saved_stats ? BackwardRealignKernel<T, 2, true, true>
+                         : BackwardRealignKernel<T, 2, true, false>;
+    }
+    return saved_stats ? BackwardRealignKernel<T, 2, false, true>
+                       : BackwardRealignKernel<T, 2, false, false>;
   }
   return nullptr;
 }

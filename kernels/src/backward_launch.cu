@@ -1,6 +1,8 @@
 // Host side of the backward pass, and the column reduction of the dgamma /
 // dbeta partials (stage 2, fixed order, no atomics).
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "grid_dependency.cuh"
@@ -24,6 +26,34 @@ BackwardKernel FindBackwardKernel(DType x_dtype, const KernelPlan& plan, int64_t
       return FindBackwardKernelBF16(plan, hidden, op, saved_stats, aligned);
   }
   return nullptr;
+}
+
+BackwardKernel FindRealignBackwardKernel(DType x_dtype, const KernelPlan& plan, NormOp op,
+                                         bool saved_stats) {
+  switch (x_dtype) {
+    case DType::kF32:
+      return FindRealignBackwardKernelF32(plan, op, saved_stats);
+    case DType::kF16:
+      return FindRealignBackwardKernelF16(plan, op, saved_stats);
+    case DType::kBF16:
+      return FindRealignBackwardKernelBF16(plan, op, saved_stats);
+  }
+  return nullptr;
+}
+
+namespace {
+
+std::atomic<bool> backward_realign_enabled{true};
+std::atomic<int64_t> realign_backward_launches{0};
+
+}  // namespace
+
+bool BackwardRealignEnabled() { return backward_realign_enabled.load(std::memory_order_relaxed); }
+void SetBackwardRealignEnabled(bool enabled) {
+  backward_realign_enabled.store(enabled, std::memory_order_relaxed);
+}
+int64_t RealignBackwardLaunches() {
+  return realign_backward_launches.load(std::memory_order_relaxed);
 }
 
 namespace {
@@ -138,6 +168,74 @@ __global__ void __launch_bounds__(kReduceColumns* kColumnReduceMaxSlices)
   }
 }
 
+// Stage 2: dgamma/dbeta (those requested) from the `units` rows of partials
+// the row pass wrote into params' partial arrays.
+Status LaunchColumnReduction(const BackwardArgs& args, const BackwardParams& params, int64_t units,
+                             cudaStream_t stream) {
+  ColumnSums sums = {};
+  unsigned requested = 0;
+  if (args.dgamma != nullptr) {
+    sums.partial[requested] = params.dgamma_partial;
+    sums.out[requested++] = args.dgamma;
+  }
+  if (args.dbeta != nullptr) {
+    sums.partial[requested] = params.dbeta_partial;
+    sums.out[requested++] = args.dbeta;
+  }
+  if (requested == 0) return Status::Ok();
+  const int64_t h = args.hidden;
+  cudaLaunchConfig_t config = {};
+  config.gridDim =
+      dim3(static_cast<unsigned>((h + kReduceColumns - 1) / kReduceColumns), requested);
+  const int slices = ColumnReduceSlices(units);
+  config.blockDim = dim3(kReduceColumns, static_cast<unsigned>(slices));
+  config.stream = stream;
+  cudaLaunchAttribute early = {};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &early;
+  config.numAttrs = 1;
+  const bool many_units = slices == kColumnReduceMaxSlices;
+  const auto reduce = many_units ? ManyUnitsColumnReduceKernel : FewUnitsColumnReduceKernel;
+  if (many_units) {
+    const int64_t multiprocessors = MultiprocessorCount();
+    const int64_t blocks = static_cast<int64_t>(config.gridDim.x) * config.gridDim.y;
+    // ResidentBlocks raises the kernel's dynamic shared memory limit; a
+    // device where the bytes do not give exactly one block a multiprocessor
+    // (or a failed query: 0) launches without them. Scheduling only: the
+    // bits are the same either way.
+    if (multiprocessors > 0 && blocks <= multiprocessors &&
+        ResidentBlocks(reinterpret_cast<const void*>(reduce),
+                       static_cast<int>(config.blockDim.x * config.blockDim.y),
+                       kOneBlockPerMultiprocessorBytes) == multiprocessors) {
+      config.dynamicSmemBytes = kOneBlockPerMultiprocessorBytes;
+    }
+  }
+  return FromCuda("column reduction launch",
+                  cudaLaunchKernelEx(&config, reduce, sums, units, params.hidden));
+}
+
+// How BackwardRealignKernel would take the rows of `args`: every row of x,
+// dy and dx starts at the same offset from a 16-byte boundary (the same
+// base offset and the same row pitch modulo 16 bytes). Sets the params'
+// realign fields; false when the rows do not share their offsets.
+bool RowsShareOffsets(const BackwardArgs& args, int width, BackwardParams* params) {
+  const std::size_t size = DTypeSize(args.x_dtype);
+  const auto offset = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16; };
+  const auto pitch = [size](int64_t stride) {
+    return static_cast<int64_t>((static_cast<uint64_t>(stride) * size) % 16);
+  };
+  if (offset(args.dy) != offset(args.x) || offset(args.dx) != offset(args.x)) return false;
+  if (pitch(args.dy_row_stride) != pitch(args.x_row_stride) ||
+      pitch(args.dx_row_stride) != pitch(args.x_row_stride)) {
+    return false;
+  }
+  params->realign_first_shift = static_cast<int32_t>(offset(args.x) / size);
+  params->realign_shift_step = static_cast<int32_t>(pitch(args.x_row_stride) / size);
+  params->realign_period = RealignPeriod(params->realign_shift_step, width);
+  return true;
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -146,10 +244,74 @@ std::size_t BackwardWorkspaceBytes(int64_t rows, int64_t hidden) {
   int64_t units = 0;
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     units = std::max(units, detail::PlanBackwardUnits(rows, hidden, dtype).units);
+    const detail::KernelPlan realign = detail::PlanBackwardRealign(hidden, dtype);
+    if (realign.slots == 0) continue;
+    for (int period = 1; period <= detail::VectorWidth(dtype); period *= 2) {
+      units =
+          std::max(units, detail::PlanRealignedBackwardUnits(rows, hidden, realign, period).units);
+    }
   }
   const std::size_t bytes = static_cast<std::size_t>(2 * units * hidden) * sizeof(float);
   return (bytes + 255) / 256 * 256;
 }
+
+namespace {
+
+// The rows of `args` (at least one, sharing their offsets: RowsShareOffsets
+// filled params' realign fields) on BackwardRealignKernel, then stage 2.
+Status LaunchRealignedBackward(const BackwardArgs& args, const detail::KernelPlan& plan,
+                               void* device_workspace, std::size_t workspace_bytes,
+                               detail::BackwardParams* params, cudaStream_t stream) {
+  const int64_t h = args.hidden;
+  const detail::RealignedBackwardUnits units =
+      detail::PlanRealignedBackwardUnits(args.rows, h, plan, params->realign_period);
+  const bool wants_partials = args.dgamma != nullptr || args.dbeta != nullptr;
+  if (wants_partials &&
+      static_cast<std::size_t>(2 * units.units * h) * sizeof(float) > workspace_bytes) {
+    return Status(Code::kInternal, "the realigned backward's partials exceed the workspace");
+  }
+  float* workspace = static_cast<float*>(device_workspace);
+  params->x = args.x;
+  params->dy = args.dy;
+  params->gamma = args.gamma;
+  params->mean = args.mean;
+  params->rstd = args.rstd;
+  params->dx = args.dx;
+  params->dgamma_partial = args.dgamma != nullptr ? workspace : nullptr;
+  params->dbeta_partial = args.dbeta != nullptr ? workspace + units.units * h : nullptr;
+  params->x_stride = args.x_row_stride;
+  params->dy_stride = args.dy_row_stride;
+  params->dx_stride = args.dx_row_stride;
+  params->rows = args.rows;
+  params->rows_per_unit = units.class_rows_per_unit;
+  params->units_per_class = units.units_per_class;
+  params->hidden = static_cast<int32_t>(h);
+  params->epsilon = args.epsilon;
+  params->shape = detail::ShapeOf(plan);
+  params->op = static_cast<uint8_t>(args.op);
+  params->param_dtype = static_cast<uint8_t>(args.param_dtype);
+  params->vectorized = 1;
+  const detail::BackwardKernel kernel =
+      detail::FindRealignBackwardKernel(args.x_dtype, plan, args.op, args.rstd != nullptr);
+  const std::size_t dynamic_smem = detail::RealignBackwardSmemBytes(plan, h);
+  // Raises the kernel's shared memory limit (once); 0 when even one block cannot run.
+  if (kernel != nullptr && detail::ResidentBlocks(reinterpret_cast<const void*>(kernel),
+                                                  plan.block_threads, dynamic_smem) == 0) {
+    return Status(Code::kInternal, "the realigned backward kernel cannot run on this device (" +
+                                       std::to_string(dynamic_smem) +
+                                       " bytes of shared memory a block)");
+  }
+  if (Status st = detail::LaunchWithPlan(kernel, plan, units.units, dynamic_smem, *params, stream,
+                                         /*early_launch=*/true);
+      !st.ok()) {
+    return st;
+  }
+  detail::realign_backward_launches.fetch_add(1, std::memory_order_relaxed);
+  if (!wants_partials) return Status::Ok();
+  return detail::LaunchColumnReduction(args, *params, units.units, stream);
+}
+
+}  // namespace
 
 Status LaunchBackward(const BackwardArgs& args, void* device_workspace, std::size_t workspace_bytes,
                       cudaStream_t stream) {
@@ -181,6 +343,12 @@ Status LaunchBackward(const BackwardArgs& args, void* device_workspace, std::siz
   }
 
   detail::BackwardParams params = {};
+  const detail::KernelPlan realign = detail::PlanBackwardRealign(h, args.x_dtype);
+  if (realign.slots > 0 && detail::BackwardRealignEnabled() &&
+      detail::RowsShareOffsets(args, realign.width, &params)) {
+    return LaunchRealignedBackward(args, realign, device_workspace, workspace_bytes, &params,
+                                   stream);
+  }
   params.x = args.x;
   params.dy = args.dy;
   params.gamma = args.gamma;
@@ -228,46 +396,7 @@ Status LaunchBackward(const BackwardArgs& args, void* device_workspace, std::siz
     return st;
   }
   if (!wants_partials) return Status::Ok();
-  detail::ColumnSums sums = {};
-  unsigned requested = 0;
-  if (args.dgamma != nullptr) {
-    sums.partial[requested] = params.dgamma_partial;
-    sums.out[requested++] = args.dgamma;
-  }
-  if (args.dbeta != nullptr) {
-    sums.partial[requested] = params.dbeta_partial;
-    sums.out[requested++] = args.dbeta;
-  }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(
-      static_cast<unsigned>((h + detail::kReduceColumns - 1) / detail::kReduceColumns), requested);
-  const int slices = detail::ColumnReduceSlices(units.units);
-  config.blockDim = dim3(detail::kReduceColumns, static_cast<unsigned>(slices));
-  config.stream = stream;
-  cudaLaunchAttribute early = {};
-  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &early;
-  config.numAttrs = 1;
-  const bool many_units = slices == detail::kColumnReduceMaxSlices;
-  const auto reduce =
-      many_units ? detail::ManyUnitsColumnReduceKernel : detail::FewUnitsColumnReduceKernel;
-  if (many_units) {
-    const int64_t multiprocessors = detail::MultiprocessorCount();
-    const int64_t blocks = static_cast<int64_t>(config.gridDim.x) * config.gridDim.y;
-    // ResidentBlocks raises the kernel's dynamic shared memory limit; a
-    // device where the bytes do not give exactly one block a multiprocessor
-    // (or a failed query: 0) launches without them. Scheduling only: the
-    // bits are the same either way.
-    if (multiprocessors > 0 && blocks <= multiprocessors &&
-        detail::ResidentBlocks(reinterpret_cast<const void*>(reduce),
-                               static_cast<int>(config.blockDim.x * config.blockDim.y),
-                               detail::kOneBlockPerMultiprocessorBytes) == multiprocessors) {
-      config.dynamicSmemBytes = detail::kOneBlockPerMultiprocessorBytes;
-    }
-  }
-  return detail::FromCuda("column reduction launch",
-                          cudaLaunchKernelEx(&config, reduce, sums, units.units, params.hidden));
+  return detail::LaunchColumnReduction(args, params, units.units, stream);
 }
 
 }  // namespace normsvc::kernels

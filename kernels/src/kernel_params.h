@@ -82,6 +82,14 @@ struct BackwardParams {
   uint8_t op;
   uint8_t param_dtype;
   uint8_t vectorized;
+  // BackwardRealignKernel only (launch_plan.h, PlanRealignedBackwardUnits):
+  // row r starts (first_shift + r * shift_step) % W elements past a 16-byte
+  // boundary in x, dy and dx alike; unit u takes rows_per_unit rows of the
+  // offset class u / units_per_class (rows class, class + period, ...).
+  int32_t realign_first_shift;
+  int32_t realign_shift_step;
+  int32_t realign_period;
+  int64_t units_per_class;
 };
 
 }  // namespace normsvc::kernels::detail

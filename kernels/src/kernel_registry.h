@@ -135,4 +135,21 @@ BackwardKernel FindBackwardKernelF16(const KernelPlan& plan, int64_t hidden, Nor
 BackwardKernel FindBackwardKernelBF16(const KernelPlan& plan, int64_t hidden, NormOp op,
                                       bool saved_stats, bool aligned);
 
+// BackwardRealignKernel for a PlanBackwardRealign plan; null when none matches.
+BackwardKernel FindRealignBackwardKernel(DType x_dtype, const KernelPlan& plan, NormOp op,
+                                         bool saved_stats);
+BackwardKernel FindRealignBackwardKernelF32(const KernelPlan& plan, NormOp op, bool saved_stats);
+BackwardKernel FindRealignBackwardKernelF16(const KernelPlan& plan, NormOp op, bool saved_stats);
+BackwardKernel FindRealignBackwardKernelBF16(const KernelPlan& plan, NormOp op, bool saved_stats);
+
+// Whether backward launches whose rows BackwardRealignKernel can serve take
+// it (the default) or the strided plan's kernel (for A/B runs: norm_bench
+// --backward-realign off, and tests that compare the two). Process-wide.
+bool BackwardRealignEnabled();
+void SetBackwardRealignEnabled(bool enabled);
+
+// Launches of BackwardRealignKernel so far in this process (for tests: proof
+// that a case took it).
+int64_t RealignBackwardLaunches();
+
 }  // namespace normsvc::kernels::detail

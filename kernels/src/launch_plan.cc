@@ -207,6 +207,75 @@ int64_t BackwardWaveUnits(const KernelPlan& plan, DType x_dtype) {
   return ActiveClusters(plan.cluster, BackwardResidentBlocks(plan, x_dtype));
 }
 
+int64_t RealignWordsPerRow(int64_t hidden, int width) { return CeilDiv(hidden + width - 1, width); }
+
+KernelPlan PlanBackwardRealign(int64_t hidden, DType x_dtype) {
+  KernelPlan none;
+  none.slots = 0;
+  const int w = VectorWidth(x_dtype);
+  if (hidden % w == 0 || hidden <= kBackwardRealignMinHidden) return none;
+  const int64_t words = RealignWordsPerRow(hidden, w);
+  const int slots = words <= kMaxBlockThreads ? 1 : kBackwardRealignMaxSlots;
+  const int64_t row_threads = 32 * CeilDiv(words, 32 * slots);
+  if (row_threads > kMaxBlockThreads) return none;
+  KernelPlan plan;
+  plan.layout = Layout::kVector;
+  plan.slots = slots;
+  plan.width = w;
+  plan.row_threads = static_cast<int>(row_threads);
+  plan.cluster = 1;
+  // Several rows a block only for short rows: a block's gamma and
+  // accumulator words grow with its threads (RealignBackwardSmemBytes).
+  plan.groups = std::max(1, kBackwardRealignGroupThreads / plan.row_threads);
+  plan.block_threads = plan.groups * plan.row_threads;
+  return plan;
+}
+
+int RealignPeriod(int step, int width) {
+  int a = ((step % width) + width) % width;
+  int b = width;
+  while (a != 0) {
+    const int t = b % a;
+    b = a;
+    a = t;
+  }
+  return width / b;
+}
+
+std::size_t RealignBackwardSmemBytes(const KernelPlan& plan, int64_t hidden) {
+  const int64_t words = int64_t{3} * plan.slots * plan.width * plan.block_threads;
+  const int64_t combine = plan.groups > 1 ? plan.groups * hidden : 0;
+  return static_cast<std::size_t>(words + combine) * sizeof(float);
+}
+
+int RealignBackwardResidentBlocks(const KernelPlan& plan, int64_t hidden) {
+  const int registers =
+      plan.slots == 1 ? kRealignBackwardRegistersOneSlot : kRealignBackwardRegistersTwoSlots;
+  const int by_registers = 65536 / (plan.block_threads * registers);
+  const int by_threads = 2048 / plan.block_threads;
+  // 228 KB a multiprocessor, 1 KB of it reserved a block, and the kernel's
+  // 768 bytes of static row-sum scratch.
+  const int by_smem =
+      static_cast<int>(228 * 1024 / (RealignBackwardSmemBytes(plan, hidden) + 1024 + 768));
+  return std::max(1, std::min({by_registers, by_threads, by_smem}));
+}
+
+RealignedBackwardUnits PlanRealignedBackwardUnits(int64_t rows, int64_t hidden,
+                                                  const KernelPlan& plan, int period) {
+  RealignedBackwardUnits result;
+  if (rows <= 0 || period <= 0) return result;
+  result.classes = static_cast<int>(std::min<int64_t>(period, rows));
+  // Class 0 has the most rows; the others as many or one fewer.
+  const int64_t class_rows = CeilDiv(rows, period);
+  const int64_t cap = kBackwardWaveUnits * RealignBackwardResidentBlocks(plan, hidden);
+  const int64_t wanted =
+      std::clamp<int64_t>(cap / result.classes, 1, CeilDiv(class_rows, plan.groups));
+  result.class_rows_per_unit = CeilDiv(CeilDiv(class_rows, wanted), plan.groups) * plan.groups;
+  result.units_per_class = CeilDiv(class_rows, result.class_rows_per_unit);
+  result.units = result.units_per_class * result.classes;
+  return result;
+}
+
 BackwardUnits PlanBackwardUnits(int64_t rows, int64_t hidden, DType x_dtype) {
   BackwardUnits result;
   if (rows <= 0) return result;

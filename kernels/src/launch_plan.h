@@ -30,7 +30,8 @@ enum class Layout : uint8_t {
   kVector = 0,
   // One element per chunk (width 1): element e belongs to row thread
   // e % row_threads. For hidden sizes that are not a multiple of the vector
-  // width: every backward plan, and forward plans of more than
+  // width: every backward plan (rows that BackwardRealignKernel does not
+  // take: PlanBackwardRealign), and forward plans of more than
   // kRealignMaxChunks chunks.
   kStrided = 1,
   // Rows too large for registers: one 1024-thread block per row re-reads the
@@ -155,6 +156,79 @@ int ColumnReduceSlices(int64_t units);
 // Dynamic shared memory of a backward launch of `plan`: the staged kernel's
 // ring, or the register kernel's combine of several rows' partials a block.
 std::size_t BackwardDynamicSmemBytes(const KernelPlan& plan);
+
+// Backward rows of a hidden size that is not a multiple of the vector width
+// (bf16 H = 2049), moved as the aligned 16-byte words they lie across
+// (BackwardRealignKernel, backward_realign_kernel.cuh). A row whose first
+// element is s elements past a 16-byte boundary covers ceil((s + H) / W)
+// words; thread t of the row's team holds words t, t + row_threads, ... in
+// its slots, so element e of the row is element (e + s) % W of word
+// (e + s) / W. No element is shifted: x and dy are read, and dx written, as
+// whole aligned words (element by element for a row's two end words, which
+// its neighbours share). The row's sums then run in that word order, which
+// depends on s, and each thread's dgamma/dbeta accumulators hold the
+// columns of its words, so a block only takes rows of one s: rows r and
+// r + period have the same offset (RealignPeriod), and a unit is a range of
+// the rows of one offset class k (rows k, k + period, ...). The bits are a
+// function of the values and of the rows' offsets from a 16-byte boundary
+// (the server's staging buffers start on 256 bytes), reproducible run to
+// run, as the issue asks of the backward; the forward keeps alignment-free
+// bits (its row order is the logical one).
+//
+// Row teams are whole warps, not necessarily a power of two (bf16 H = 2049:
+// 257 words, 9 warps a row), with one or two words a thread; rows of at
+// most 2 x kMaxBlockThreads words. Shorter rows (H <= kBackwardRealignMinHidden)
+// and longer ones keep the strided plan (PlanBackward). Each thread's gamma
+// and dgamma/dbeta accumulators live in shared memory
+// (RealignBackwardSmemBytes), so that its registers hold the words of two
+// rows (the current and the next).
+inline constexpr int64_t kBackwardRealignMinHidden = 256;
+inline constexpr int kBackwardRealignMaxSlots = 2;
+// Rows of fewer threads share blocks of up to this many.
+inline constexpr int kBackwardRealignGroupThreads = 256;
+
+// Aligned words a row of `hidden` elements of `width` a word covers at
+// worst (an offset of width - 1 elements).
+int64_t RealignWordsPerRow(int64_t hidden, int width);
+
+// The plan of BackwardRealignKernel for (hidden, x dtype), or a plan with
+// slots == 0 when the kernel does not serve that hidden size (then
+// PlanBackward's plan serves every row). Layout kVector, `slots` words a
+// thread, row_threads a multiple of 32, `groups` rows a block.
+KernelPlan PlanBackwardRealign(int64_t hidden, DType x_dtype);
+
+// Rows between two rows with the same offset from a 16-byte boundary, when
+// consecutive rows are `step` elements of `width` a word apart modulo a
+// word (row pitch in bytes % 16 / element size): width / gcd(step, width).
+int RealignPeriod(int step, int width);
+
+// The units of a BackwardRealignKernel launch: `period` offset classes of
+// `units_per_class` units each (classes with no rows have none), a unit
+// `class_rows_per_unit` consecutive rows of its class (a multiple of the
+// plan's groups; the last unit of a class may have fewer, or none, and then
+// writes zero partials). A function of (rows, plan, period) only.
+struct RealignedBackwardUnits {
+  int64_t units = 0;
+  int64_t units_per_class = 0;
+  int64_t class_rows_per_unit = 0;
+  int classes = 1;  // offset classes with rows: min(period, rows)
+};
+RealignedBackwardUnits PlanRealignedBackwardUnits(int64_t rows, int64_t hidden,
+                                                  const KernelPlan& plan, int period);
+
+// Dynamic shared memory of a BackwardRealignKernel launch of `plan`: each
+// thread's gamma, dgamma and dbeta words (3 x slots x width floats), and
+// the groups' partials ([groups][hidden] floats) when a block has several rows.
+std::size_t RealignBackwardSmemBytes(const KernelPlan& plan, int64_t hidden);
+
+// BackwardRealignKernel's registers a thread (__maxnreg__): three blocks of
+// 288 threads a multiprocessor with one slot (bf16 H = 2049) or two (fp32).
+inline constexpr int kRealignBackwardRegistersOneSlot = 72;
+inline constexpr int kRealignBackwardRegistersTwoSlots = 80;
+
+// Blocks of a BackwardRealignKernel plan a multiprocessor holds, by those
+// registers, its threads and its shared memory at `hidden`.
+int RealignBackwardResidentBlocks(const KernelPlan& plan, int64_t hidden);
 
 // Threads per block of the streamed (multi-pass) kernels.
 inline constexpr int kStreamedThreads = 1024;

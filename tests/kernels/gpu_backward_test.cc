@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <sstream>
 #include <tuple>
@@ -20,6 +21,8 @@
 #include <gtest/gtest.h>
 
 #include "gpu_test_support.h"
+#include "kernel_registry.h"
+#include "launch_plan.h"
 #include "normsvc/kernels/float16.h"
 #include "normsvc/kernels/gpu.h"
 #include "normsvc/kernels/reference.h"
@@ -36,7 +39,8 @@ struct BackwardSpec {
   DType param_dtype = DType::kF32;
   int64_t rows = 1;
   int64_t hidden = 1;
-  int64_t pad = 0;  // extra elements per row of x, dy and dx
+  int64_t pad = 0;     // extra elements per row of x, dy and dx
+  int64_t offset = 0;  // elements before row 0 of x, dy and dx in their buffers
   bool gamma = true;
   bool given_stats = true;
   bool dgamma = true;
@@ -46,9 +50,9 @@ struct BackwardSpec {
 std::string Describe(const BackwardSpec& s) {
   std::ostringstream o;
   o << NormOpName(s.op) << " " << DTypeName(s.dtype) << " params=" << DTypeName(s.param_dtype)
-    << " rows=" << s.rows << " H=" << s.hidden << " pad=" << s.pad << (s.gamma ? " gamma" : "")
-    << (s.given_stats ? " given-stats" : " recomputed-stats") << (s.dgamma ? " dgamma" : "")
-    << (s.dbeta ? " dbeta" : "");
+    << " rows=" << s.rows << " H=" << s.hidden << " pad=" << s.pad << " offset=" << s.offset
+    << (s.gamma ? " gamma" : "") << (s.given_stats ? " given-stats" : " recomputed-stats")
+    << (s.dgamma ? " dgamma" : "") << (s.dbeta ? " dbeta" : "");
   return o.str();
 }
 
@@ -76,12 +80,22 @@ double RunAndCheck(const BackwardSpec& spec, std::mt19937_64& rng) {
       rstd[r] = static_cast<float>(stats.rstd);
     }
   });
-  DeviceBuffer x_dev = x.ToDevice(), dy_dev = dy.ToDevice();
+  // x, dy and dx `offset` elements into their buffers (poison before).
+  const std::size_t offset_bytes = static_cast<std::size_t>(s.offset) * DTypeSize(s.dtype);
+  auto at_offset = [&](const HostTensor& t) {
+    DeviceBuffer buffer(t.bytes.size() + offset_bytes);
+    std::vector<uint8_t> staged(buffer.bytes(), 0x5a);
+    std::memcpy(staged.data() + offset_bytes, t.bytes.data(), t.bytes.size());
+    buffer.Upload(staged.data(), staged.size());
+    return buffer;
+  };
+  DeviceBuffer x_dev = at_offset(x), dy_dev = at_offset(dy);
   DeviceBuffer gamma_dev = s.gamma ? gamma.ToDevice() : DeviceBuffer();
   DeviceBuffer mean_dev(s.rows * sizeof(float)), rstd_dev(s.rows * sizeof(float));
   mean_dev.Upload(mean.data(), s.rows * sizeof(float));
   rstd_dev.Upload(rstd.data(), s.rows * sizeof(float));
-  DeviceBuffer dx_dev(x.bytes.size()), dgamma_dev(h * sizeof(float)), dbeta_dev(h * sizeof(float));
+  DeviceBuffer dx_dev(x.bytes.size() + offset_bytes), dgamma_dev(h * sizeof(float)),
+      dbeta_dev(h * sizeof(float));
   DeviceBuffer workspace(BackwardWorkspaceBytes(s.rows, h));
 
   BackwardArgs a;
@@ -91,14 +105,14 @@ double RunAndCheck(const BackwardSpec& spec, std::mt19937_64& rng) {
   a.epsilon = 1e-5f;
   a.x_dtype = s.dtype;
   a.param_dtype = s.param_dtype;
-  a.x = x_dev.get();
-  a.dy = dy_dev.get();
+  a.x = static_cast<const uint8_t*>(x_dev.get()) + offset_bytes;
+  a.dy = static_cast<const uint8_t*>(dy_dev.get()) + offset_bytes;
   a.x_row_stride = a.dy_row_stride = a.dx_row_stride = stride;
   a.gamma = gamma_dev.get();
   a.mean =
       s.given_stats && s.op == NormOp::kLayerNorm ? static_cast<float*>(mean_dev.get()) : nullptr;
   a.rstd = s.given_stats ? static_cast<float*>(rstd_dev.get()) : nullptr;
-  a.dx = dx_dev.get();
+  a.dx = static_cast<uint8_t*>(dx_dev.get()) + offset_bytes;
   a.dgamma = s.dgamma ? static_cast<float*>(dgamma_dev.get()) : nullptr;
   a.dbeta = s.dbeta ? static_cast<float*>(dbeta_dev.get()) : nullptr;
 
@@ -109,6 +123,7 @@ double RunAndCheck(const BackwardSpec& spec, std::mt19937_64& rng) {
     EXPECT_TRUE(st.ok()) << st.message() << " [" << Describe(s) << "]";
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     std::vector<uint8_t> run = dx_dev.Download();
+    run.erase(run.begin(), run.begin() + static_cast<std::ptrdiff_t>(offset_bytes));
     for (const DeviceBuffer* b : {&dgamma_dev, &dbeta_dev}) {
       const std::vector<uint8_t> part = b->Download();
       run.insert(run.end(), part.begin(), part.end());
@@ -129,7 +144,8 @@ double RunAndCheck(const BackwardSpec& spec, std::mt19937_64& rng) {
     }
   }
 
-  const HostTensor dx = FromDevice(dx_dev, s.dtype, s.rows, h, stride);
+  HostTensor dx(s.dtype, s.rows, h, stride);
+  std::memcpy(dx.bytes.data(), first_run.data(), dx.bytes.size());
   const std::vector<uint8_t> dgamma_bytes = dgamma_dev.Download(),
                              dbeta_bytes = dbeta_dev.Download();
   std::vector<double> dgamma_ref(h, 0.0), dbeta_ref(h, 0.0), dgamma_mag(h, 0.0), dbeta_mag(h, 0.0);
@@ -260,6 +276,49 @@ INSTANTIATE_TEST_SUITE_P(AllDtypes, BackwardMatrix,
                                   DTypeName(std::get<1>(param.param));
                          });
 
+// BackwardRealignKernel (launch_plan.h, PlanBackwardRealign): rows of H not a
+// multiple of the vector width at every kind of offset from a 16-byte
+// boundary: the buffers' first element 0, 1 or W - 1 elements past one,
+// rows of H (bf16 2049: row r at r elements past, eight offset classes) or
+// H + 3 elements; one row, a few (fewer rows than classes) and many; saved
+// and recomputed statistics, parameters in the x dtype and in fp32. Each
+// case must have taken the kernel (its launch count), match the double
+// reference and repeat bit for bit.
+TEST(BackwardRealign, EveryRowOffsetMatchesTheReference) {
+  NORMSVC_REQUIRE_GPU();
+  ASSERT_TRUE(detail::BackwardRealignEnabled());
+  std::mt19937_64 rng = SeededRng("backward realign");
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    const int64_t width = 16 / static_cast<int64_t>(DTypeSize(dtype));
+    for (int64_t hidden : {int64_t{300}, int64_t{2049}, int64_t{4095}, int64_t{8185}}) {
+      if (detail::PlanBackwardRealign(hidden, dtype).slots == 0) continue;
+      for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+        for (int64_t offset : {int64_t{0}, int64_t{1}, width - 1}) {
+          for (int64_t pad : {int64_t{0}, int64_t{3}}) {
+            for (int64_t rows : {int64_t{1}, int64_t{5}, int64_t{700}}) {
+              BackwardSpec s;
+              s.op = op;
+              s.dtype = dtype;
+              s.param_dtype = (rows + offset) % 2 == 0 ? dtype : DType::kF32;
+              // At most 2^20 elements: 128 rows of 8185 (eight offset classes
+              // of 16 rows), 511 of 2049.
+              s.rows = std::min(rows, (int64_t{1} << 20) / hidden);
+              s.hidden = hidden;
+              s.pad = pad;
+              s.offset = offset;
+              s.given_stats = (pad + rows) % 2 == 1;
+              const int64_t before = detail::RealignBackwardLaunches();
+              RunAndCheck(s, rng);
+              // Two launches a case (the run-to-run check).
+              EXPECT_EQ(detail::RealignBackwardLaunches() - before, 2) << Describe(s);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // dx alone (no gamma, no dgamma/dbeta) and the largest hidden size.
 TEST(BackwardOptions, NoParametersAndLargestHidden) {
   NORMSVC_REQUIRE_GPU();
@@ -299,6 +358,9 @@ TEST(BackwardColumnReduction, UnitCountsAndColumnTails) {
       {DType::kBF16, 4100, 1000},  // 63 units: the few-units kernel, column tail
       {DType::kBF16, 1027, 2000},  // 250 units, column tail
   };
+  // The unit counts above are the strided and staged plans'; bf16 4100 and
+  // 1027 would otherwise take BackwardRealignKernel (with its own units).
+  detail::SetBackwardRealignEnabled(false);
   for (const Case& c : cases) {
     for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
       BackwardSpec s;
@@ -309,6 +371,7 @@ TEST(BackwardColumnReduction, UnitCountsAndColumnTails) {
       RunAndCheck(s, rng);
     }
   }
+  detail::SetBackwardRealignEnabled(true);
 }
 
 // Each backward launch takes the previous launch's dx as its dy, and every
@@ -319,7 +382,7 @@ TEST(BackwardColumnReduction, UnitCountsAndColumnTails) {
 // dependent launch): a row pass that read dy before the previous launch had
 // written it, or wrote partials while the previous column reduction still
 // read them, gives other bits (or the poison). H covers the staged kernel in
-// a block (1024) and across a cluster (16384), the register kernel (2049)
+// a block (1024) and across a cluster (16384), BackwardRealignKernel (2049)
 // and the streamed one (262144).
 TEST(BackwardEarlyLaunch, ChainsSeeThePreviousOutput) {
   NORMSVC_REQUIRE_GPU();

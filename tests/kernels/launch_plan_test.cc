@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 namespace normsvc::kernels::detail {
 namespace {
@@ -96,8 +98,10 @@ TEST(LaunchPlan, KnownShapes) {
   EXPECT_EQ(PlanForward(8191, DType::kBF16).row_threads, 512);
   // H=5: one partial chunk, one thread a row.
   EXPECT_EQ(PlanForward(5, DType::kBF16).row_threads, 1);
-  // Backward H=2049 stays strided, and so do forward rows with a partial
-  // chunk past kRealignMaxChunks chunks (bf16 H = 12289: 1537 chunks).
+  // Backward H=2049's plan is strided (for rows that do not share their
+  // offsets; the others take PlanBackwardRealign's, below), and so are
+  // forward rows with a partial chunk past kRealignMaxChunks chunks (bf16
+  // H = 12289: 1537 chunks).
   EXPECT_EQ(PlanBackward(2049, DType::kBF16).layout, Layout::kStrided);
   EXPECT_EQ(PlanForward(12289, DType::kBF16).layout, Layout::kStrided);
   EXPECT_EQ(PlanForward(12287, DType::kBF16).layout, Layout::kVector);
@@ -113,6 +117,132 @@ TEST(LaunchPlan, KnownShapes) {
   EXPECT_EQ(b.groups, 3);
   EXPECT_EQ(b.block_threads, 768);
   EXPECT_FALSE(UsesStagedBackward(PlanBackward(2049, DType::kBF16)));
+  // Backward rows of such H within BackwardRealignKernel's reach take it when
+  // they share their offsets (the launcher's test), as aligned words: bf16
+  // H = 2049 covers 257 words, one a thread, 9 warps a row.
+  const KernelPlan r = PlanBackwardRealign(2049, DType::kBF16);
+  EXPECT_EQ(r.layout, Layout::kVector);
+  EXPECT_EQ(r.slots, 1);
+  EXPECT_EQ(r.width, 8);
+  EXPECT_EQ(r.row_threads, 288);
+  EXPECT_EQ(r.groups, 1);
+  // fp32 H = 2049: 513 words, two a thread.
+  EXPECT_EQ(PlanBackwardRealign(2049, DType::kF32).slots, 2);
+  EXPECT_EQ(PlanBackwardRealign(2049, DType::kF32).row_threads, 288);
+  // bf16 H = 300: 39 words, two warps a row, 4 rows a block.
+  EXPECT_EQ(PlanBackwardRealign(300, DType::kBF16).row_threads, 64);
+  EXPECT_EQ(PlanBackwardRealign(300, DType::kBF16).groups, 4);
+  // Not served: whole words (4096), short rows (H = 5, 256 and under) and
+  // rows of more than 1,024 words (bf16 H = 8191: 1,025).
+  EXPECT_EQ(PlanBackwardRealign(4096, DType::kBF16).slots, 0);
+  EXPECT_EQ(PlanBackwardRealign(5, DType::kBF16).slots, 0);
+  EXPECT_EQ(PlanBackwardRealign(255, DType::kBF16).slots, 0);
+  EXPECT_EQ(PlanBackwardRealign(8191, DType::kBF16).slots, 0);
+  EXPECT_EQ(PlanBackwardRealign(8185, DType::kBF16).slots, 2);
+}
+
+// BackwardRealignKernel's plans: whole warps a row, enough words for a row at
+// any offset, a block within kMaxBlockThreads and the named barriers (1 +
+// group <= 15), its shared memory within the kernels' dynamic limit.
+TEST(LaunchPlan, RealignedBackwardPlansHoldTheirRows) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const int w = VectorWidth(dtype);
+    for (int64_t hidden = 1; hidden <= kMaxHidden; ++hidden) {
+      const KernelPlan p = PlanBackwardRealign(hidden, dtype);
+      if (p.slots == 0) {
+        ASSERT_TRUE(hidden % w == 0 || hidden <= kBackwardRealignMinHidden ||
+                    RealignWordsPerRow(hidden, w) > 2 * kMaxBlockThreads)
+            << DTypeName(dtype) << " H=" << hidden;
+        continue;
+      }
+      const std::string where = std::string(DTypeName(dtype)) + " H=" + std::to_string(hidden);
+      ASSERT_NE(hidden % w, 0) << where;
+      ASSERT_EQ(p.width, w) << where;
+      ASSERT_EQ(p.row_threads % 32, 0) << where;
+      ASSERT_TRUE(p.slots == 1 || p.slots == 2) << where;
+      // Words 0 .. ceil((s + H) / w) - 1 of a row s elements off a boundary.
+      for (int s = 0; s < w; ++s) {
+        ASSERT_GE(int64_t{p.row_threads} * p.slots, (s + hidden + w - 1) / w) << where;
+      }
+      // No slot wholly idle in every thread.
+      ASSERT_LT(int64_t{p.row_threads} * (p.slots - 1), RealignWordsPerRow(hidden, w)) << where;
+      ASSERT_EQ(p.row_threads * p.groups, p.block_threads) << where;
+      ASSERT_LE(p.block_threads, kMaxBlockThreads) << where;
+      ASSERT_LE(p.groups, 8) << where;
+      // The kernels' dynamic shared memory limit (launch_common.h kMaxDynamicSmem).
+      ASSERT_LE(RealignBackwardSmemBytes(p, hidden), 200u * 1024) << where;
+    }
+  }
+}
+
+TEST(LaunchPlan, RealignPeriodIsTheRowsBetweenEqualOffsets) {
+  EXPECT_EQ(RealignPeriod(0, 8), 1);  // row pitch a multiple of 16 bytes
+  EXPECT_EQ(RealignPeriod(1, 8), 8);  // bf16 H = 2049
+  EXPECT_EQ(RealignPeriod(2, 8), 4);
+  EXPECT_EQ(RealignPeriod(3, 8), 8);
+  EXPECT_EQ(RealignPeriod(4, 8), 2);
+  EXPECT_EQ(RealignPeriod(6, 8), 4);
+  EXPECT_EQ(RealignPeriod(1, 4), 4);  // fp32 H = 2049
+  EXPECT_EQ(RealignPeriod(2, 4), 2);
+  EXPECT_EQ(RealignPeriod(3, 4), 4);
+  // The definition: the smallest p > 0 with p * step a multiple of width.
+  for (int width : {4, 8}) {
+    for (int step = 0; step < width; ++step) {
+      const int p = RealignPeriod(step, width);
+      EXPECT_EQ((p * step) % width, 0);
+      for (int q = 1; q < p; ++q) EXPECT_NE((q * step) % width, 0) << step << " " << q;
+    }
+  }
+}
+
+// Every row in exactly one unit, of its own offset class; whole row groups a
+// unit; no more units than a wave (or the classes, when fewer rows).
+TEST(LaunchPlan, RealignedBackwardUnitsCoverEveryRowOnce) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int64_t hidden : {300, 2049, 4095, 8185}) {
+      const KernelPlan plan = PlanBackwardRealign(hidden, dtype);
+      if (plan.slots == 0) continue;
+      for (int period : {1, 2, 4, 8}) {
+        if (period > plan.width) continue;
+        for (int64_t rows : {1, 2, 3, 7, 8, 9, 100, 1000, 8189, 16384}) {
+          const RealignedBackwardUnits u = PlanRealignedBackwardUnits(rows, hidden, plan, period);
+          const std::string where = std::string(DTypeName(dtype)) + " H=" + std::to_string(hidden) +
+                                    " period " + std::to_string(period) + " rows " +
+                                    std::to_string(rows);
+          ASSERT_EQ(u.classes, std::min<int64_t>(period, rows)) << where;
+          ASSERT_EQ(u.units, u.units_per_class * u.classes) << where;
+          ASSERT_EQ(u.class_rows_per_unit % plan.groups, 0) << where;
+          ASSERT_LE(u.units,
+                    std::max<int64_t>(u.classes, kBackwardWaveUnits *
+                                                     RealignBackwardResidentBlocks(plan, hidden)))
+              << where;
+          std::vector<int> seen(static_cast<std::size_t>(rows), 0);
+          for (int64_t unit = 0; unit < u.units; ++unit) {
+            const int64_t row_class = unit / u.units_per_class;
+            const int64_t class_rows = (rows - row_class + period - 1) / period;
+            const int64_t begin = (unit % u.units_per_class) * u.class_rows_per_unit;
+            const int64_t end = std::min(class_rows, begin + u.class_rows_per_unit);
+            for (int64_t i = begin; i < end; ++i) {
+              const int64_t row = row_class + i * period;
+              ASSERT_LT(row, rows) << where;
+              ASSERT_EQ(row % period, row_class) << where;
+              ++seen[static_cast<std::size_t>(row)];
+            }
+          }
+          for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(seen[r], 1) << where << " row " << r;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(PlanRealignedBackwardUnits(0, 2049, PlanBackwardRealign(2049, DType::kBF16), 8).units,
+            0);
+  // bf16 8189 x 2049 (the benchmark's shape): 8 classes of 1,024 rows, three
+  // blocks of 288 threads a multiprocessor: 49 units a class of 21 rows.
+  const RealignedBackwardUnits bench =
+      PlanRealignedBackwardUnits(8189, 2049, PlanBackwardRealign(2049, DType::kBF16), 8);
+  EXPECT_EQ(RealignBackwardResidentBlocks(PlanBackwardRealign(2049, DType::kBF16), 2049), 3);
+  EXPECT_EQ(bench.units_per_class, 49);
+  EXPECT_EQ(bench.class_rows_per_unit, 21);
 }
 
 TEST(LaunchPlan, BackwardUnitsCoverEveryRowOnce) {
