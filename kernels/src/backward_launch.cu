@@ -217,8 +217,9 @@ Status LaunchColumnReduction(const BackwardArgs& args, const BackwardParams& par
 
 // How BackwardRealignKernel would take the rows of `args`: every row of x,
 // dy and dx starts at the same offset from a 16-byte boundary (the same
-// base offset and the same row pitch modulo 16 bytes). Sets the params'
-// realign fields; false when the rows do not share their offsets.
+// base offset and, for more than one row, the same row pitch modulo 16
+// bytes). Sets the params' realign fields; false when the rows do not share
+// their offsets.
 bool RowsShareOffsets(const BackwardArgs& args, int width, BackwardParams* params) {
   const std::size_t size = DTypeSize(args.x_dtype);
   const auto offset = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16; };
@@ -226,8 +227,9 @@ bool RowsShareOffsets(const BackwardArgs& args, int width, BackwardParams* param
     return static_cast<int64_t>((static_cast<uint64_t>(stride) * size) % 16);
   };
   if (offset(args.dy) != offset(args.x) || offset(args.dx) != offset(args.x)) return false;
-  if (pitch(args.dy_row_stride) != pitch(args.x_row_stride) ||
-      pitch(args.dx_row_stride) != pitch(args.x_row_stride)) {
+  // One row: its pitches are never used (so they choose neither kernel).
+  if (args.rows > 1 && (pitch(args.dy_row_stride) != pitch(args.x_row_stride) ||
+                        pitch(args.dx_row_stride) != pitch(args.x_row_stride))) {
     return false;
   }
   params->realign_first_shift = static_cast<int32_t>(offset(args.x) / size);

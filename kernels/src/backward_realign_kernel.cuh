@@ -140,7 +140,7 @@ __device__ __forceinline__ bool InRow(const WordSpan& span, int j) {
 
 // W floats a word of each thread of the block (gamma of its columns, its
 // dgamma / dbeta accumulators), kept in shared memory rather than registers
-// so that the registers hold three rows' words: W / 4 float4 a word,
+// so that the registers hold two rows' words: W / 4 float4 a word,
 // [slot][quarter][thread], so a warp's 16-byte accesses are consecutive (no
 // bank conflicts) and no thread touches another's.
 template <int K, int W>
@@ -256,7 +256,7 @@ __global__ void __maxnreg__(K == 1 ? kRealignBackwardRegistersOneSlot
   // Rows in flight: the one being computed and the next, in two register
   // buffers (which one a row is read into is fixed at compile time by
   // unrolling the loop by two: a register copy of a buffer would wait for
-  // its loads). Two rows ahead: BENCHMARKS.md, round 20.
+  // its loads). Two rows ahead was tried and dropped (BENCHMARKS.md, round 20).
   Pack<T, W> ring_x[2][K];
   Pack<T, W> ring_dy[2][K];
   float ring_mean[2] = {0.0f, 0.0f};

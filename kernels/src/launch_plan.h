@@ -8,7 +8,10 @@
 // A launcher may pack the plan's rows into blocks differently (rows per
 // block, WaveRowsPlan in kernel_registry.h) but never changes those fields.
 // Whether a segment may use 16-byte accesses (pointer alignment) changes only
-// the memory instructions, never the arithmetic.
+// the memory instructions, never the arithmetic. One exception, in the
+// backward only (which the issue asks to be reproducible run to run, not
+// alignment-free): PlanBackwardRealign's rows, whose order of operations
+// follows each row's offset from a 16-byte boundary (below).
 //
 // Pure C++ (no CUDA) so the planning rules are tested on machines without a GPU.
 #pragma once
@@ -26,7 +29,9 @@ enum class Layout : uint8_t {
   // ceil(hidden / width) chunks: forward plans of at most kRealignMaxChunks
   // chunks allow a partial last chunk (hidden % width != 0; its missing
   // elements are zeros in registers, left out of every sum and never read or
-  // written), backward plans do not.
+  // written), backward plans do not. PlanBackwardRealign's plans use this
+  // layout for aligned 16-byte words rather than chunks of the row (its
+  // comment has the mapping), for H not a multiple of the width.
   kVector = 0,
   // One element per chunk (width 1): element e belongs to row thread
   // e % row_threads. For hidden sizes that are not a multiple of the vector
@@ -221,8 +226,9 @@ RealignedBackwardUnits PlanRealignedBackwardUnits(int64_t rows, int64_t hidden,
 // the groups' partials ([groups][hidden] floats) when a block has several rows.
 std::size_t RealignBackwardSmemBytes(const KernelPlan& plan, int64_t hidden);
 
-// BackwardRealignKernel's registers a thread (__maxnreg__): three blocks of
-// 288 threads a multiprocessor with one slot (bf16 H = 2049) or two (fp32).
+// BackwardRealignKernel's registers a thread (__maxnreg__): a multiprocessor
+// holds three blocks of 288 threads with one slot (bf16 H = 2049), two with
+// two slots (fp32 H = 2049).
 inline constexpr int kRealignBackwardRegistersOneSlot = 72;
 inline constexpr int kRealignBackwardRegistersTwoSlots = 80;
 

@@ -1,4 +1,6 @@
-// The backward's bits do not depend on alignment: the same rows, 16-byte
+// The backward's bits do not depend on alignment where H is a multiple of
+// the vector width (rows of other H may take BackwardRealignKernel, whose
+// bits follow each row's offset: launch_plan.h): the same rows, 16-byte
 // aligned (x and dy staged through shared memory by asynchronous copies) and
 // one element off (the same kernel filling its ring with element loads), give
 // identical dx, dgamma and dbeta, with enough rows that every unit's ring

@@ -39,8 +39,9 @@ struct BackwardSpec {
   DType param_dtype = DType::kF32;
   int64_t rows = 1;
   int64_t hidden = 1;
-  int64_t pad = 0;     // extra elements per row of x, dy and dx
-  int64_t offset = 0;  // elements before row 0 of x, dy and dx in their buffers
+  int64_t pad = 0;         // extra elements per row of x, dy and dx
+  int64_t offset = 0;      // elements before row 0 of x, dy and dx in their buffers
+  int64_t dx_offset = -1;  // elements before dx's row 0 when not `offset` (-1: the same)
   bool gamma = true;
   bool given_stats = true;
   bool dgamma = true;
@@ -51,6 +52,7 @@ std::string Describe(const BackwardSpec& s) {
   std::ostringstream o;
   o << NormOpName(s.op) << " " << DTypeName(s.dtype) << " params=" << DTypeName(s.param_dtype)
     << " rows=" << s.rows << " H=" << s.hidden << " pad=" << s.pad << " offset=" << s.offset
+    << (s.dx_offset >= 0 ? " dx_offset=" + std::to_string(s.dx_offset) : "")
     << (s.gamma ? " gamma" : "") << (s.given_stats ? " given-stats" : " recomputed-stats")
     << (s.dgamma ? " dgamma" : "") << (s.dbeta ? " dbeta" : "");
   return o.str();
@@ -94,7 +96,9 @@ double RunAndCheck(const BackwardSpec& spec, std::mt19937_64& rng) {
   DeviceBuffer mean_dev(s.rows * sizeof(float)), rstd_dev(s.rows * sizeof(float));
   mean_dev.Upload(mean.data(), s.rows * sizeof(float));
   rstd_dev.Upload(rstd.data(), s.rows * sizeof(float));
-  DeviceBuffer dx_dev(x.bytes.size() + offset_bytes), dgamma_dev(h * sizeof(float)),
+  const std::size_t dx_offset_bytes =
+      s.dx_offset >= 0 ? static_cast<std::size_t>(s.dx_offset) * DTypeSize(s.dtype) : offset_bytes;
+  DeviceBuffer dx_dev(x.bytes.size() + dx_offset_bytes), dgamma_dev(h * sizeof(float)),
       dbeta_dev(h * sizeof(float));
   DeviceBuffer workspace(BackwardWorkspaceBytes(s.rows, h));
 
@@ -112,7 +116,7 @@ double RunAndCheck(const BackwardSpec& spec, std::mt19937_64& rng) {
   a.mean =
       s.given_stats && s.op == NormOp::kLayerNorm ? static_cast<float*>(mean_dev.get()) : nullptr;
   a.rstd = s.given_stats ? static_cast<float*>(rstd_dev.get()) : nullptr;
-  a.dx = static_cast<uint8_t*>(dx_dev.get()) + offset_bytes;
+  a.dx = static_cast<uint8_t*>(dx_dev.get()) + dx_offset_bytes;
   a.dgamma = s.dgamma ? static_cast<float*>(dgamma_dev.get()) : nullptr;
   a.dbeta = s.dbeta ? static_cast<float*>(dbeta_dev.get()) : nullptr;
 
@@ -123,7 +127,17 @@ double RunAndCheck(const BackwardSpec& spec, std::mt19937_64& rng) {
     EXPECT_TRUE(st.ok()) << st.message() << " [" << Describe(s) << "]";
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     std::vector<uint8_t> run = dx_dev.Download();
-    run.erase(run.begin(), run.begin() + static_cast<std::ptrdiff_t>(offset_bytes));
+    // Every dx byte outside the rows (before row 0, and each row's padding)
+    // keeps the poison: a write past a row's end shows here.
+    std::size_t stray = 0;
+    for (std::size_t i = 0; i < run.size(); ++i) {
+      const bool outside =
+          i < dx_offset_bytes ||
+          static_cast<int64_t>((i - dx_offset_bytes) / DTypeSize(s.dtype)) % stride >= h;
+      stray += outside && run[i] != poison;
+    }
+    EXPECT_EQ(stray, 0u) << "dx bytes written outside the rows [" << Describe(s) << "]";
+    run.erase(run.begin(), run.begin() + static_cast<std::ptrdiff_t>(dx_offset_bytes));
     for (const DeviceBuffer* b : {&dgamma_dev, &dbeta_dev}) {
       const std::vector<uint8_t> part = b->Download();
       run.insert(run.end(), part.begin(), part.end());
@@ -276,21 +290,43 @@ INSTANTIATE_TEST_SUITE_P(AllDtypes, BackwardMatrix,
                                   DTypeName(std::get<1>(param.param));
                          });
 
+// Sets whether backward launches may take BackwardRealignKernel for the
+// scope, and restores the setting after (process-wide).
+class ScopedBackwardRealign {
+ public:
+  explicit ScopedBackwardRealign(bool enabled) : before_(detail::BackwardRealignEnabled()) {
+    detail::SetBackwardRealignEnabled(enabled);
+  }
+  ~ScopedBackwardRealign() { detail::SetBackwardRealignEnabled(before_); }
+  ScopedBackwardRealign(const ScopedBackwardRealign&) = delete;
+  ScopedBackwardRealign& operator=(const ScopedBackwardRealign&) = delete;
+
+ private:
+  bool before_;
+};
+
 // BackwardRealignKernel (launch_plan.h, PlanBackwardRealign): rows of H not a
 // multiple of the vector width at every kind of offset from a 16-byte
 // boundary: the buffers' first element 0, 1 or W - 1 elements past one,
 // rows of H (bf16 2049: row r at r elements past, eight offset classes) or
 // H + 3 elements; one row, a few (fewer rows than classes) and many; saved
-// and recomputed statistics, parameters in the x dtype and in fp32. Each
-// case must have taken the kernel (its launch count), match the double
-// reference and repeat bit for bit.
+// and recomputed statistics, parameters in the x dtype and in fp32; dgamma
+// and dbeta, dx alone without gamma, dgamma alone, dbeta alone. H covers
+// one and two words a thread and several rows a block for every dtype
+// (fp32 301: 2 rows a block; 1023: one word a thread). Each case must have
+// taken the kernel (its launch count), match the double reference, repeat
+// bit for bit and leave every dx byte outside its rows unwritten. Then dx
+// one element off x and dy: the rows do not share their offsets, so the
+// strided kernel serves them (no realigned launch), as correctly.
 TEST(BackwardRealign, EveryRowOffsetMatchesTheReference) {
   NORMSVC_REQUIRE_GPU();
-  ASSERT_TRUE(detail::BackwardRealignEnabled());
+  const ScopedBackwardRealign realign(true);
   std::mt19937_64 rng = SeededRng("backward realign");
+  int variant = 0;
   for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
     const int64_t width = 16 / static_cast<int64_t>(DTypeSize(dtype));
-    for (int64_t hidden : {int64_t{300}, int64_t{2049}, int64_t{4095}, int64_t{8185}}) {
+    for (int64_t hidden :
+         {int64_t{300}, int64_t{301}, int64_t{1023}, int64_t{2049}, int64_t{4095}, int64_t{8185}}) {
       if (detail::PlanBackwardRealign(hidden, dtype).slots == 0) continue;
       for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
         for (int64_t offset : {int64_t{0}, int64_t{1}, width - 1}) {
@@ -307,12 +343,60 @@ TEST(BackwardRealign, EveryRowOffsetMatchesTheReference) {
               s.pad = pad;
               s.offset = offset;
               s.given_stats = (pad + rows) % 2 == 1;
+              switch (variant++ % 4) {
+                case 1:  // dx alone, no gamma
+                  s.gamma = s.dgamma = s.dbeta = false;
+                  break;
+                case 2:
+                  s.dgamma = false;
+                  break;
+                case 3:
+                  s.dbeta = false;
+                  break;
+                default:
+                  break;
+              }
               const int64_t before = detail::RealignBackwardLaunches();
               RunAndCheck(s, rng);
               // Two launches a case (the run-to-run check).
               EXPECT_EQ(detail::RealignBackwardLaunches() - before, 2) << Describe(s);
             }
           }
+        }
+      }
+    }
+    for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+      BackwardSpec s;
+      s.op = op;
+      s.dtype = s.param_dtype = dtype;
+      s.rows = 300;
+      s.hidden = 2049;
+      s.offset = 0;
+      s.dx_offset = 1;
+      const int64_t before = detail::RealignBackwardLaunches();
+      RunAndCheck(s, rng);
+      EXPECT_EQ(detail::RealignBackwardLaunches(), before) << Describe(s);
+    }
+  }
+}
+
+// The workspace BackwardWorkspaceBytes asks for holds the realigned
+// backward's partials (2 x units x H floats) at every offset period the
+// launcher can meet, for every dtype. Host arithmetic only: runs everywhere.
+TEST(BackwardRealign, WorkspaceHoldsEveryRealignedPartition) {
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    const int width = 16 / static_cast<int>(DTypeSize(dtype));
+    for (int64_t hidden : {257, 300, 301, 1023, 2049, 4093, 4095, 8185}) {
+      const detail::KernelPlan plan = detail::PlanBackwardRealign(hidden, dtype);
+      if (plan.slots == 0) continue;
+      for (int64_t rows : {1, 2, 3, 7, 8, 9, 100, 1000, 8189, 100000}) {
+        for (int step = 0; step < width; ++step) {
+          const int period = detail::RealignPeriod(step, width);
+          const detail::RealignedBackwardUnits units =
+              detail::PlanRealignedBackwardUnits(rows, hidden, plan, period);
+          EXPECT_GE(BackwardWorkspaceBytes(rows, hidden),
+                    static_cast<std::size_t>(2 * units.units * hidden) * sizeof(float))
+              << DTypeName(dtype) << " H=" << hidden << " rows=" << rows << " period=" << period;
         }
       }
     }
@@ -360,7 +444,7 @@ TEST(BackwardColumnReduction, UnitCountsAndColumnTails) {
   };
   // The unit counts above are the strided and staged plans'; bf16 4100 and
   // 1027 would otherwise take BackwardRealignKernel (with its own units).
-  detail::SetBackwardRealignEnabled(false);
+  const ScopedBackwardRealign strided(false);
   for (const Case& c : cases) {
     for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
       BackwardSpec s;
@@ -371,7 +455,6 @@ TEST(BackwardColumnReduction, UnitCountsAndColumnTails) {
       RunAndCheck(s, rng);
     }
   }
-  detail::SetBackwardRealignEnabled(true);
 }
 
 // Each backward launch takes the previous launch's dx as its dy, and every
