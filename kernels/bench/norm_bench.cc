@@ -41,8 +41,7 @@
 #include "kernel_registry.h"
 #include "launch_plan.h"
 #include "normsvc/kernels/gpu.h"
-#include "param_staging.h"
-#include "ring_policy.h"
+#include "policy_names.h"
 
 namespace normsvc::bench {
 namespace {
@@ -309,48 +308,6 @@ Record SegmentTableParts(const Pool& pool, cudaStream_t stream) {
   cudaFreeHost(staging);
   cudaFree(workspace);
   return r;
-}
-
-// The --ring names of the policies.
-constexpr std::pair<const char*, kernels::detail::RingPolicy> kRingPolicies[] = {
-    {"off", kernels::detail::RingPolicy::kOff},
-    {"two-block-clusters", kernels::detail::RingPolicy::kTwoBlockClusters},
-    {"every-plan", kernels::detail::RingPolicy::kEveryPlan},
-};
-
-// A policy by its flag name, and back (tables above).
-template <typename Policy, std::size_t N>
-bool ParseNamed(const std::pair<const char*, Policy> (&table)[N], const std::string& name,
-                Policy* policy) {
-  for (const auto& [n, p] : table) {
-    if (name == n) {
-      *policy = p;
-      return true;
-    }
-  }
-  return false;
-}
-
-template <typename Policy, std::size_t N>
-const char* NameOf(const std::pair<const char*, Policy> (&table)[N], Policy policy) {
-  for (const auto& [n, p] : table) {
-    if (policy == p) return n;
-  }
-  return "?";
-}
-
-const char* RingPolicyName(kernels::detail::RingPolicy policy) {
-  return NameOf(kRingPolicies, policy);
-}
-
-// The --param_staging names of the policies.
-constexpr std::pair<const char*, kernels::detail::ParamStaging> kParamStagings[] = {
-    {"off", kernels::detail::ParamStaging::kOff},
-    {"one-wave", kernels::detail::ParamStaging::kOneWave},
-};
-
-const char* ParamStagingName(kernels::detail::ParamStaging policy) {
-  return NameOf(kParamStagings, policy);
 }
 
 void WriteJson(const char* path, const std::vector<Record>& records, const cudaDeviceProp& prop) {

@@ -259,6 +259,31 @@ std::size_t BackwardWorkspaceBytes(int64_t rows, int64_t hidden) {
 
 namespace {
 
+// The fields of `params` that every backward launch takes from `args`, its
+// plan and its `units` rows of partials in `workspace` (dgamma's, then
+// dbeta's). The unit split and `vectorized` are the caller's.
+void FillBackwardParams(const BackwardArgs& args, const detail::KernelPlan& plan, int64_t units,
+                        void* workspace, detail::BackwardParams* params) {
+  float* partials = static_cast<float*>(workspace);
+  params->x = args.x;
+  params->dy = args.dy;
+  params->gamma = args.gamma;
+  params->mean = args.mean;
+  params->rstd = args.rstd;
+  params->dx = args.dx;
+  params->dgamma_partial = args.dgamma != nullptr ? partials : nullptr;
+  params->dbeta_partial = args.dbeta != nullptr ? partials + units * args.hidden : nullptr;
+  params->x_stride = args.x_row_stride;
+  params->dy_stride = args.dy_row_stride;
+  params->dx_stride = args.dx_row_stride;
+  params->rows = args.rows;
+  params->hidden = static_cast<int32_t>(args.hidden);
+  params->epsilon = args.epsilon;
+  params->shape = detail::ShapeOf(plan);
+  params->op = static_cast<uint8_t>(args.op);
+  params->param_dtype = static_cast<uint8_t>(args.param_dtype);
+}
+
 // The rows of `args` (at least one, sharing their offsets: RowsShareOffsets
 // filled params' realign fields) on BackwardRealignKernel, then stage 2.
 Status LaunchRealignedBackward(const BackwardArgs& args, const detail::KernelPlan& plan,
@@ -272,26 +297,9 @@ Status LaunchRealignedBackward(const BackwardArgs& args, const detail::KernelPla
       static_cast<std::size_t>(2 * units.units * h) * sizeof(float) > workspace_bytes) {
     return Status(Code::kInternal, "the realigned backward's partials exceed the workspace");
   }
-  float* workspace = static_cast<float*>(device_workspace);
-  params->x = args.x;
-  params->dy = args.dy;
-  params->gamma = args.gamma;
-  params->mean = args.mean;
-  params->rstd = args.rstd;
-  params->dx = args.dx;
-  params->dgamma_partial = args.dgamma != nullptr ? workspace : nullptr;
-  params->dbeta_partial = args.dbeta != nullptr ? workspace + units.units * h : nullptr;
-  params->x_stride = args.x_row_stride;
-  params->dy_stride = args.dy_row_stride;
-  params->dx_stride = args.dx_row_stride;
-  params->rows = args.rows;
+  FillBackwardParams(args, plan, units.units, device_workspace, params);
   params->rows_per_unit = units.class_rows_per_unit;
   params->units_per_class = units.units_per_class;
-  params->hidden = static_cast<int32_t>(h);
-  params->epsilon = args.epsilon;
-  params->shape = detail::ShapeOf(plan);
-  params->op = static_cast<uint8_t>(args.op);
-  params->param_dtype = static_cast<uint8_t>(args.param_dtype);
   params->vectorized = 1;
   const detail::BackwardKernel kernel =
       detail::FindRealignBackwardKernel(args.x_dtype, plan, args.op, args.rstd != nullptr);
@@ -351,25 +359,8 @@ Status LaunchBackward(const BackwardArgs& args, void* device_workspace, std::siz
     return LaunchRealignedBackward(args, realign, device_workspace, workspace_bytes, &params,
                                    stream);
   }
-  params.x = args.x;
-  params.dy = args.dy;
-  params.gamma = args.gamma;
-  params.mean = args.mean;
-  params.rstd = args.rstd;
-  params.dx = args.dx;
-  float* workspace = static_cast<float*>(device_workspace);
-  params.dgamma_partial = args.dgamma != nullptr ? workspace : nullptr;
-  params.dbeta_partial = args.dbeta != nullptr ? workspace + units.units * h : nullptr;
-  params.x_stride = args.x_row_stride;
-  params.dy_stride = args.dy_row_stride;
-  params.dx_stride = args.dx_row_stride;
-  params.rows = args.rows;
+  FillBackwardParams(args, plan, units.units, device_workspace, &params);
   params.rows_per_unit = units.rows_per_unit;
-  params.hidden = static_cast<int32_t>(h);
-  params.epsilon = args.epsilon;
-  params.shape = detail::ShapeOf(plan);
-  params.op = static_cast<uint8_t>(args.op);
-  params.param_dtype = static_cast<uint8_t>(args.param_dtype);
   params.vectorized = plan.layout == detail::Layout::kVector &&
                       detail::AllowsVectors(args.x, args.rows, args.x_row_stride, args.x_dtype) &&
                       detail::AllowsVectors(args.dy, args.rows, args.dy_row_stride, args.x_dtype) &&
