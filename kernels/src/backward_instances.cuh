@@ -77,27 +77,23 @@ BackwardKernel BackwardKernelFor(const KernelPlan& plan, int64_t hidden, NormOp 
   return nullptr;
 }
 
-// The BackwardRealignKernel of a PlanBackwardRealign plan (one or two words
-// a thread), LayerNorm or RMSNorm, with saved or recomputed statistics.
+// The BackwardRealignKernel of K words a thread, LayerNorm or RMSNorm, with
+// saved or recomputed statistics.
+template <typename T, int K>
+BackwardKernel RealignBackwardKernelFor(NormOp op, bool saved_stats) {
+  if (op == NormOp::kLayerNorm) {
+    return saved_stats ? BackwardRealignKernel<T, K, true, true>
+                       : BackwardRealignKernel<T, K, true, false>;
+  }
+  return saved_stats ? BackwardRealignKernel<T, K, false, true>
+                     : BackwardRealignKernel<T, K, false, false>;
+}
+
+// The kernel of a PlanBackwardRealign plan (one or two words a thread).
 template <typename T>
 BackwardKernel RealignBackwardKernelFor(const KernelPlan& plan, NormOp op, bool saved_stats) {
-  const bool layer_norm = op == NormOp::kLayerNorm;
-  if (plan.slots == 1) {
-    if (layer_norm) {
-      return saved_stats ? BackwardRealignKernel<T, 1, true, true>
-                         : BackwardRealignKernel<T, 1, true, false>;
-    }
-    return saved_stats ? BackwardRealignKernel<T, 1, false, true>
-                       : BackwardRealignKernel<T, 1, false, false>;
-  }
-  if (plan.slots == 2) {
-    if (layer_norm) {
-      return saved_stats ? BackwardRealignKernel<T, 2, true, true>
-                         : BackwardRealignKernel<T, 2, true, false>;
-    }
-    return saved_stats ? BackwardRealignKernel<T, 2, false, true>
-                       : BackwardRealignKernel<T, 2, false, false>;
-  }
+  if (plan.slots == 1) return RealignBackwardKernelFor<T, 1>(op, saved_stats);
+  if (plan.slots == 2) return RealignBackwardKernelFor<T, 2>(op, saved_stats);
   return nullptr;
 }
 

@@ -407,32 +407,28 @@ __global__ void __maxnreg__(K == 1 ? kRealignBackwardRegistersOneSlot
   // column(k, j). Several groups: added in shared memory in group order.
   float* const partials[2] = {p.dgamma_partial, p.dbeta_partial};
   const int64_t partial_row = unit * static_cast<int64_t>(hidden);
-#pragma unroll
-  for (int which = 0; which < 2; ++which) {
-    if (partials[which] == nullptr) continue;
-    const Words& words = which == 0 ? dgamma_words : dbeta_words;
-    if (groups == 1) {
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        float sums[W];
-        words.Load(k, sums);
-#pragma unroll
-        for (int j = 0; j < W; ++j) {
-          if (span[k].Holds(j)) partials[which][partial_row + column(k, j)] = sums[j];
-        }
-      }
-      continue;
-    }
-    __syncthreads();  // the previous users of `combine` are done
+  // Writes this thread's columns of `words` into the row at `row`.
+  auto store_columns = [&](const Words& words, float* row) {
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       float sums[W];
       words.Load(k, sums);
 #pragma unroll
       for (int j = 0; j < W; ++j) {
-        if (span[k].Holds(j)) combine[team.group * hidden + column(k, j)] = sums[j];
+        if (span[k].Holds(j)) row[column(k, j)] = sums[j];
       }
     }
+  };
+#pragma unroll
+  for (int which = 0; which < 2; ++which) {
+    if (partials[which] == nullptr) continue;
+    const Words& words = which == 0 ? dgamma_words : dbeta_words;
+    if (groups == 1) {
+      store_columns(words, partials[which] + partial_row);
+      continue;
+    }
+    __syncthreads();  // the previous users of `combine` are done
+    store_columns(words, combine + team.group * hidden);
     __syncthreads();
     for (int c = static_cast<int>(threadIdx.x); c < hidden; c += static_cast<int>(blockDim.x)) {
       float total = combine[c];
