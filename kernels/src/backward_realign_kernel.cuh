@@ -15,6 +15,7 @@
 #include "grid_dependency.cuh"
 #include "kernel_params.h"
 #include "launch_plan.h"
+#include "realign_words.cuh"
 #include "row_reduce.cuh"
 
 namespace normsvc::kernels::detail {
@@ -80,43 +81,6 @@ __device__ __forceinline__ void RealignRowSum(float (&v)[N], const RealignTeam& 
   }
 }
 
-// The elements [lo, hi) of a word that lie in the row: [0, W) for an
-// interior word, part of it for a row's first and last words (which its
-// neighbours share), none past the row.
-struct WordSpan {
-  int lo;
-  int hi;
-  __device__ __forceinline__ bool Whole(int width) const { return lo == 0 && hi == width; }
-  __device__ __forceinline__ bool Holds(int j) const { return j >= lo && j < hi; }
-};
-
-template <typename T, int W>
-__device__ __forceinline__ Pack<T, W> LoadWord(const T* word, const WordSpan& span) {
-  Pack<T, W> pack;
-  if (span.Whole(W)) {
-    LoadPackVector<T, W>(word, pack);
-    return pack;
-  }
-  ZeroPack(pack);
-#pragma unroll
-  for (int j = 0; j < W; ++j) {
-    if (span.Holds(j)) pack.e[j] = LoadStreaming(word + j);
-  }
-  return pack;
-}
-
-template <typename T, int W>
-__device__ __forceinline__ void StoreWord(T* word, const Pack<T, W>& pack, const WordSpan& span) {
-  if (span.Whole(W)) {
-    StorePackVector<T, W>(word, pack);
-    return;
-  }
-#pragma unroll
-  for (int j = 0; j < W; ++j) {
-    if (span.Holds(j)) StoreStreaming(word + j, pack.e[j]);
-  }
-}
-
 template <typename T>
 __device__ __forceinline__ float GammaAt(const BackwardParams& p, int64_t index) {
   if (p.gamma == nullptr) return 1.0f;
@@ -124,65 +88,6 @@ __device__ __forceinline__ float GammaAt(const BackwardParams& p, int64_t index)
     return __ldg(static_cast<const float*>(p.gamma) + index);
   }
   return ToFloat(static_cast<const T*>(p.gamma)[index]);
-}
-
-// kWhole: every element of the word lies in the row (no tests); otherwise
-// the elements outside `span` take no part: they are zero in the packs and
-// left out of every sum and accumulator.
-template <bool kWhole, int W>
-__device__ __forceinline__ bool InRow(const WordSpan& span, int j) {
-  if constexpr (kWhole) {
-    return true;
-  } else {
-    return span.Holds(j);
-  }
-}
-
-// W floats a word of each thread of the block (gamma of its columns, its
-// dgamma / dbeta accumulators), kept in shared memory rather than registers
-// so that the registers hold two rows' words: W / 4 float4 a word,
-// [slot][quarter][thread], so a warp's 16-byte accesses are consecutive (no
-// bank conflicts) and no thread touches another's.
-template <int K, int W>
-struct ThreadWords {
-  float4* base;
-
-  __device__ __forceinline__ float4* At(int k, int q) const {
-    return base + (k * (W / 4) + q) * static_cast<int>(blockDim.x) + threadIdx.x;
-  }
-  __device__ __forceinline__ void Load(int k, float (&v)[W]) const {
-#pragma unroll
-    for (int q = 0; q < W / 4; ++q) {
-      const float4 f = *At(k, q);
-      v[4 * q] = f.x;
-      v[4 * q + 1] = f.y;
-      v[4 * q + 2] = f.z;
-      v[4 * q + 3] = f.w;
-    }
-  }
-  __device__ __forceinline__ void Store(int k, const float (&v)[W]) const {
-#pragma unroll
-    for (int q = 0; q < W / 4; ++q) {
-      *At(k, q) = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
-    }
-  }
-  // The floats ThreadWords of a block of `threads` threads take.
-  static constexpr int64_t Floats(int threads) { return int64_t{K} * W * threads; }
-};
-
-// Calls body(k, whole) for each of the thread's K words that holds part of
-// the row: `whole` is std::true_type for a word wholly in the row (its code
-// has no per-element tests), else std::false_type.
-template <int K, int W, typename Body>
-__device__ __forceinline__ void ForEachWordInRow(const WordSpan (&span)[K], Body&& body) {
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    if (span[k].Whole(W)) {
-      body(k, std::true_type{});
-    } else if (span[k].hi > span[k].lo) {
-      body(k, std::false_type{});
-    }
-  }
 }
 
 // One unit: the rows row_class + i * period, i in [begin, end) of its class,
@@ -257,10 +162,23 @@ __global__ void __maxnreg__(K == 1 ? kRealignBackwardRegistersOneSlot
   // buffers (which one a row is read into is fixed at compile time by
   // unrolling the loop by two: a register copy of a buffer would wait for
   // its loads). Two rows ahead was tried and dropped (BENCHMARKS.md, round 20).
-  Pack<T, W> ring_x[2][K];
-  Pack<T, W> ring_dy[2][K];
+  // 16-bit words travel as raw lanes (LoadRawWord: as Packs of 16-bit
+  // elements the loads were waited for at once); fp32 words as Packs, whose
+  // 32-bit elements need no permutes: raw lanes there cost fp32's two-word
+  // kernels spills and 0.14 of copy (round 21).
+  constexpr bool kRawWords = sizeof(T) == 2;
+  using RingWord = std::conditional_t<kRawWords, uint4, Pack<T, W>>;
+  RingWord ring_x[2][K];
+  RingWord ring_dy[2][K];
   float ring_mean[2] = {0.0f, 0.0f};
   float ring_rstd[2] = {0.0f, 0.0f};
+  // Whether the aligned word `word` of `row` lies wholly within the
+  // tensor's rows (element offsets from `base`, as row_words takes them).
+  const int64_t last_row = p.rows - 1;
+  auto word_in_tensor = [&](int64_t stride, int64_t row, int word) {
+    const int64_t begin = row * stride - shift + static_cast<int64_t>(word) * W;
+    return begin >= 0 && begin + W <= last_row * stride + hidden;
+  };
   auto fetch = [&](int it, auto buffer) {
     constexpr int b = decltype(buffer)::value;
     const int64_t index = begin + static_cast<int64_t>(it) * groups + team.group;
@@ -271,7 +189,15 @@ __global__ void __maxnreg__(K == 1 ? kRealignBackwardRegistersOneSlot
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int word = k * team.row_threads + team.rank;
-      if (active) {
+      if constexpr (kRawWords) {
+        // A padding row (past the unit's end) reads nothing: an empty span.
+        const WordSpan row_span = active ? span[k] : WordSpan{0, 0};
+        const bool in_row = row_span.hi > row_span.lo;
+        ring_x[b][k] = LoadRawWord<T, W>(x_words + word * W, row_span,
+                                         in_row && word_in_tensor(p.x_stride, row, word));
+        ring_dy[b][k] = LoadRawWord<T, W>(dy_words + word * W, row_span,
+                                          in_row && word_in_tensor(p.dy_stride, row, word));
+      } else if (active) {
         ring_x[b][k] = LoadWord<T, W>(x_words + word * W, span[k]);
         ring_dy[b][k] = LoadWord<T, W>(dy_words + word * W, span[k]);
       } else {
@@ -296,8 +222,26 @@ __global__ void __maxnreg__(K == 1 ? kRealignBackwardRegistersOneSlot
     const bool active = index < end;
     const int64_t row = row_class + index * period;
     const int slot = (it & 1) * 3;
-    const Pack<T, W>(&x)[K] = ring_x[b];
-    const Pack<T, W>(&dy)[K] = ring_dy[b];
+    // The row's words, with the elements outside the row cleared: the code
+    // below relies on zeros there (x, dy and gamma).
+    Pack<T, W> x[K];
+    Pack<T, W> dy[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if constexpr (kRawWords) {
+        uint4 x_raw = ring_x[b][k];
+        uint4 dy_raw = ring_dy[b][k];
+        if (!span[k].Whole(W)) {
+          x_raw = RowElementsOnly<T, W>(x_raw, span[k]);
+          dy_raw = RowElementsOnly<T, W>(dy_raw, span[k]);
+        }
+        x[k] = reinterpret_cast<const Pack<T, W>&>(x_raw);
+        dy[k] = reinterpret_cast<const Pack<T, W>&>(dy_raw);
+      } else {
+        x[k] = ring_x[b][k];  // LoadWord left zeros outside the row
+        dy[k] = ring_dy[b][k];
+      }
+    }
     RowStats stats;
     stats.mean_hi = ring_mean[b];
     stats.rstd = ring_rstd[b];
