@@ -168,17 +168,19 @@ std::size_t BackwardDynamicSmemBytes(const KernelPlan& plan);
 // element is s elements past a 16-byte boundary covers ceil((s + H) / W)
 // words; thread t of the row's team holds words t, t + row_threads, ... in
 // its slots, so element e of the row is element (e + s) % W of word
-// (e + s) / W. No element is shifted: x and dy are read, and dx written, as
-// whole aligned words (element by element for a row's two end words, which
-// its neighbours share). The row's sums then run in that word order, which
-// depends on s, and each thread's dgamma/dbeta accumulators hold the
-// columns of its words, so a block only takes rows of one s: rows r and
-// r + period have the same offset (RealignPeriod), and a unit is a range of
-// the rows of one offset class k (rows k, k + period, ...). The bits are a
-// function of the values and of the rows' offsets from a 16-byte boundary
-// (the server's staging buffers start on 256 bytes), reproducible run to
-// run, as the issue asks of the backward; the forward keeps alignment-free
-// bits (its row order is the logical one).
+// (e + s) / W. No element is shifted: x and dy are read as whole aligned
+// words (a row's two end words too, their neighbours' elements discarded;
+// only the tensor's first and last words are read element by element), and
+// dx is written as whole words but for a row's two end words, which its
+// neighbours share (element by element). The row's sums then run in that
+// word order, which depends on s, and each thread's dgamma/dbeta
+// accumulators hold the columns of its words, so a block only takes rows of
+// one s: rows r and r + period have the same offset (RealignPeriod), and a
+// unit is a range of the rows of one offset class k (rows k, k + period,
+// ...). The bits are a function of the values and of the rows' offsets from
+// a 16-byte boundary (the server's staging buffers start on 256 bytes),
+// reproducible run to run, as the issue asks of the backward; the forward
+// keeps alignment-free bits (its row order is the logical one).
 //
 // Row teams are whole warps, not necessarily a power of two (bf16 H = 2049:
 // 257 words, 9 warps a row), with one or two words a thread; rows of at
