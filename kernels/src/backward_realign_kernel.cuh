@@ -11,6 +11,7 @@
 
 #include <type_traits>
 
+#include "async_copy.cuh"
 #include "device_access.cuh"
 #include "grid_dependency.cuh"
 #include "kernel_params.h"
@@ -100,15 +101,19 @@ __global__ void __maxnreg__(K == 1 ? kRealignBackwardRegistersOneSlot
   constexpr int W = static_cast<int>(16 / sizeof(T));
   BeginDependentGrid();  // as BackwardStagedKernel
   __shared__ RealignScratch scratch;
-  // gamma, dgamma and dbeta words (ThreadWords), then [groups][hidden]
-  // floats when groups > 1: the groups' partials, added in order.
+  // gamma, dgamma and dbeta words (ThreadWords), the ring of rows in
+  // flight (RealignRing), then [groups][hidden] floats when groups > 1: the
+  // groups' partials, added in order (RealignBackwardSmemBytes).
   extern __shared__ __align__(16) float dynamic_smem[];
   using Words = ThreadWords<K, W>;
-  const int64_t words_floats = Words::Floats(static_cast<int>(blockDim.x));
+  const int threads = static_cast<int>(blockDim.x);
+  const int64_t words_floats = Words::Floats(threads);
   const Words gamma_words{reinterpret_cast<float4*>(dynamic_smem)};
   const Words dgamma_words{reinterpret_cast<float4*>(dynamic_smem + words_floats)};
   const Words dbeta_words{reinterpret_cast<float4*>(dynamic_smem + 2 * words_floats)};
-  float* const combine = dynamic_smem + 3 * words_floats;
+  const RealignRing<K> ring{reinterpret_cast<uint4*>(dynamic_smem + 3 * words_floats), threads};
+  float* const combine = dynamic_smem + 3 * words_floats +
+                         (RealignUsesRing(K, W) ? RealignRing<K>::Floats(threads) : 0);
   const bool want_dgamma = p.dgamma_partial != nullptr;
   const bool want_dbeta = p.dbeta_partial != nullptr;
   const RealignTeam team = MakeRealignTeam(p.shape.row_threads);
@@ -158,28 +163,32 @@ __global__ void __maxnreg__(K == 1 ? kRealignBackwardRegistersOneSlot
   auto row_words = [&](const void* base, int64_t stride, int64_t row) {
     return static_cast<const T*>(base) + row * stride - shift;
   };
-  // Rows in flight: the one being computed and the next, in two register
-  // buffers (which one a row is read into is fixed at compile time by
-  // unrolling the loop by two: a register copy of a buffer would wait for
-  // its loads). Two rows ahead was tried and dropped (BENCHMARKS.md, round 20).
-  // 16-bit words travel as raw lanes (LoadRawWord: as Packs of 16-bit
-  // elements the loads were waited for at once); fp32 words as Packs, whose
-  // 32-bit elements need no permutes: raw lanes there cost fp32's two-word
-  // kernels spills and 0.14 of copy (round 21).
-  constexpr bool kRawWords = sizeof(T) == 2;
-  using RingWord = std::conditional_t<kRawWords, uint4, Pack<T, W>>;
-  RingWord ring_x[2][K];
-  RingWord ring_dy[2][K];
-  float ring_mean[2] = {0.0f, 0.0f};
-  float ring_rstd[2] = {0.0f, 0.0f};
-  // Whether the aligned word `word` of `row` lies wholly within the
-  // tensor's rows (element offsets from `base`, as row_words takes them).
+  // Rows in flight (RealignUsesRing): kRealignStages - 1 rows ahead of the
+  // one computed, each thread's words copied by cp.async into its own slots
+  // of the ring (no registers held, no barrier: a thread reads back only
+  // what it copied). In registers, one row ahead was all that fit, and a row
+  // took less time than its loads under this traffic (round 21 in
+  // kernels/BENCHMARKS.md). 16-bit rows of two words a thread measured
+  // slower with the ring, and keep the next row in registers as raw 32-bit
+  // lanes (LoadRawWord), two buffers, the loop unrolled by two so that
+  // which one a row is read into is known at compile time. A word is read
+  // whole whenever it lies within the tensor, a row's end words too (their
+  // elements outside the row are cleared when read); only the tensor's first
+  // and last words are loaded element by element.
+  constexpr bool kRing = RealignUsesRing(K, W);
+  uint4 next_x[2][K];
+  uint4 next_dy[2][K];
+  float next_mean[2] = {0.0f, 0.0f};
+  float next_rstd[2] = {0.0f, 0.0f};
   const int64_t last_row = p.rows - 1;
   auto word_in_tensor = [&](int64_t stride, int64_t row, int word) {
-    const int64_t begin = row * stride - shift + static_cast<int64_t>(word) * W;
-    return begin >= 0 && begin + W <= last_row * stride + hidden;
+    const int64_t first = row * stride - shift + static_cast<int64_t>(word) * W;
+    return first >= 0 && first + W <= last_row * stride + hidden;
   };
-  auto fetch = [&](int it, auto buffer) {
+  const int warp_in_block = static_cast<int>(threadIdx.x) >> 5;
+  const bool warp_leader = (threadIdx.x & 31) == 0;
+  // Registers: row `it` into buffer `b`.
+  auto fetch_to_registers = [&](int it, auto buffer) {
     constexpr int b = decltype(buffer)::value;
     const int64_t index = begin + static_cast<int64_t>(it) * groups + team.group;
     const bool active = index < end;
@@ -189,62 +198,109 @@ __global__ void __maxnreg__(K == 1 ? kRealignBackwardRegistersOneSlot
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int word = k * team.row_threads + team.rank;
-      if constexpr (kRawWords) {
-        // A padding row (past the unit's end) reads nothing: an empty span.
-        const WordSpan row_span = active ? span[k] : WordSpan{0, 0};
-        const bool in_row = row_span.hi > row_span.lo;
-        ring_x[b][k] = LoadRawWord<T, W>(x_words + word * W, row_span,
-                                         in_row && word_in_tensor(p.x_stride, row, word));
-        ring_dy[b][k] = LoadRawWord<T, W>(dy_words + word * W, row_span,
-                                          in_row && word_in_tensor(p.dy_stride, row, word));
-      } else if (active) {
-        ring_x[b][k] = LoadWord<T, W>(x_words + word * W, span[k]);
-        ring_dy[b][k] = LoadWord<T, W>(dy_words + word * W, span[k]);
-      } else {
-        ZeroPack(ring_x[b][k]);
-        ZeroPack(ring_dy[b][k]);
-      }
+      // A padding row (past the unit's end) reads nothing: an empty span.
+      const WordSpan row_span = active ? span[k] : WordSpan{0, 0};
+      const bool in_row = row_span.hi > row_span.lo;
+      next_x[b][k] = LoadRawWord<T, W>(x_words + word * W, row_span,
+                                       in_row && word_in_tensor(p.x_stride, row, word));
+      next_dy[b][k] = LoadRawWord<T, W>(dy_words + word * W, row_span,
+                                        in_row && word_in_tensor(p.dy_stride, row, word));
     }
     if constexpr (kSavedStats) {
       if (active) {
-        ring_rstd[b] = p.rstd[row];
-        if constexpr (kLayerNorm) ring_mean[b] = p.mean[row];
+        next_rstd[b] = p.rstd[row];
+        if constexpr (kLayerNorm) next_mean[b] = p.mean[row];
       }
     }
   };
+  // The ring: row `it` into stage `stage`.
+  auto fetch = [&](int it, int stage) {
+    const int64_t index = begin + static_cast<int64_t>(it) * groups + team.group;
+    if (index < end) {
+      const int64_t row = row_class + index * period;
+      const T* x_words = row_words(p.x, p.x_stride, row);
+      const T* dy_words = row_words(p.dy, p.dy_stride, row);
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        if (span[k].hi <= span[k].lo) continue;
+        const int word = k * team.row_threads + team.rank;
+        auto copy = [&](const T* words, int64_t stride, uint4* slot) {
+          if (word_in_tensor(stride, row, word)) {
+            CopyAsync16(slot, words + word * W);
+          } else {
+            const Pack<T, W> pack = LoadWord<T, W>(words + word * W, span[k]);
+            *slot = reinterpret_cast<const uint4&>(pack);
+          }
+        };
+        copy(x_words, p.x_stride, ring.Slot(stage, 0, k));
+        copy(dy_words, p.dy_stride, ring.Slot(stage, 1, k));
+      }
+      if constexpr (kSavedStats) {
+        // One copy a warp; its lanes read it after the leader's wait and a
+        // warp barrier.
+        if (warp_leader) {
+          float2* const own = ring.Stats(stage, warp_in_block);
+          CopyAsync4(&own->y, p.rstd + row);
+          if constexpr (kLayerNorm) CopyAsync4(&own->x, p.mean + row);
+        }
+      }
+    }
+    CommitAsyncCopies();  // possibly empty: one group a row keeps the count
+  };
 
-  // Row `it` of the unit from buffer `buffer` (it % 2), after asking for
-  // row it + 1 into the buffer row it - 1 has left.
-  auto row_step = [&](int it, auto buffer) {
-    constexpr int b = decltype(buffer)::value;
-    if (it + 1 < iterations) fetch(it + 1, std::integral_constant<int, 1 - b>{});
+  // Row `it` of the unit from ring stage `where` (an int), after asking for
+  // row it + kRealignStages - 1 into the stage row it - 1 has left; or from
+  // register buffer `where` (std::integral_constant), after asking for row
+  // it + 1 into the other.
+  constexpr int kAhead = kRealignStages - 1;
+  auto row_step = [&](int it, auto where) {
+    int stage = 0;
+    if constexpr (kRing) {
+      stage = where;
+      fetch(it + kAhead, stage == 0 ? kAhead : stage - 1);  // past the unit: an empty group
+      WaitAsyncCopies<kAhead>();
+      if constexpr (kSavedStats) __syncwarp();
+    } else if (it + 1 < iterations) {
+      fetch_to_registers(it + 1, std::integral_constant<int, 1 - decltype(where)::value>{});
+    }
     const int64_t index = begin + static_cast<int64_t>(it) * groups + team.group;
     const bool active = index < end;
     const int64_t row = row_class + index * period;
     const int slot = (it & 1) * 3;
     // The row's words, with the elements outside the row cleared: the code
-    // below relies on zeros there (x, dy and gamma).
+    // below relies on zeros there (x, dy and gamma). A padding row (past
+    // the unit's end) is zeros.
     Pack<T, W> x[K];
     Pack<T, W> dy[K];
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      if constexpr (kRawWords) {
-        uint4 x_raw = ring_x[b][k];
-        uint4 dy_raw = ring_dy[b][k];
+      uint4 x_raw = make_uint4(0u, 0u, 0u, 0u);
+      uint4 dy_raw = x_raw;
+      if (active && span[k].hi > span[k].lo) {
+        if constexpr (kRing) {
+          x_raw = *ring.Slot(stage, 0, k);
+          dy_raw = *ring.Slot(stage, 1, k);
+        } else {
+          x_raw = next_x[decltype(where)::value][k];
+          dy_raw = next_dy[decltype(where)::value][k];
+        }
         if (!span[k].Whole(W)) {
           x_raw = RowElementsOnly<T, W>(x_raw, span[k]);
           dy_raw = RowElementsOnly<T, W>(dy_raw, span[k]);
         }
-        x[k] = reinterpret_cast<const Pack<T, W>&>(x_raw);
-        dy[k] = reinterpret_cast<const Pack<T, W>&>(dy_raw);
-      } else {
-        x[k] = ring_x[b][k];  // LoadWord left zeros outside the row
-        dy[k] = ring_dy[b][k];
       }
+      x[k] = reinterpret_cast<const Pack<T, W>&>(x_raw);
+      dy[k] = reinterpret_cast<const Pack<T, W>&>(dy_raw);
     }
     RowStats stats;
-    stats.mean_hi = ring_mean[b];
-    stats.rstd = ring_rstd[b];
+    if constexpr (kSavedStats && kRing) {
+      const float2 saved = active ? *ring.Stats(stage, warp_in_block) : make_float2(0.0f, 0.0f);
+      stats.mean_hi = kLayerNorm ? saved.x : 0.0f;
+      stats.rstd = saved.y;
+    } else if constexpr (kSavedStats) {
+      stats.mean_hi = next_mean[decltype(where)::value];
+      stats.rstd = next_rstd[decltype(where)::value];
+    }
 
     if constexpr (!kSavedStats) {
       // Elements outside the row are zeros in x: they add nothing to the
@@ -341,10 +397,19 @@ __global__ void __maxnreg__(K == 1 ? kRealignBackwardRegistersOneSlot
       ForEachWordInRow<K, W>(span, write);
     }
   };
-  if (iterations > 0) fetch(0, std::integral_constant<int, 0>{});
-  for (int it = 0; it < iterations; it += 2) {
-    row_step(it, std::integral_constant<int, 0>{});
-    if (it + 1 < iterations) row_step(it + 1, std::integral_constant<int, 1>{});
+  if constexpr (kRing) {
+#pragma unroll
+    for (int stage = 0; stage < kAhead; ++stage) fetch(stage, stage);
+    for (int it = 0, stage = 0; it < iterations; ++it, stage = stage == kAhead ? 0 : stage + 1) {
+      row_step(it, stage);
+    }
+    WaitAsyncCopies<0>();  // only empty groups can be pending
+  } else {
+    if (iterations > 0) fetch_to_registers(0, std::integral_constant<int, 0>{});
+    for (int it = 0; it < iterations; it += 2) {
+      row_step(it, std::integral_constant<int, 0>{});
+      if (it + 1 < iterations) row_step(it + 1, std::integral_constant<int, 1>{});
+    }
   }
 
   // The unit's row of partials, in row columns: element j of word k is

@@ -245,7 +245,10 @@ int RealignPeriod(int step, int width) {
 std::size_t RealignBackwardSmemBytes(const KernelPlan& plan, int64_t hidden) {
   const int64_t words = int64_t{3} * plan.slots * plan.width * plan.block_threads;
   const int64_t combine = plan.groups > 1 ? plan.groups * hidden : 0;
-  return static_cast<std::size_t>(words + combine) * sizeof(float);
+  const std::size_t ring = RealignUsesRing(plan.slots, plan.width)
+                               ? RealignRingBytes(plan.slots, plan.block_threads)
+                               : 0;
+  return static_cast<std::size_t>(words + combine) * sizeof(float) + ring;
 }
 
 int RealignBackwardResidentBlocks(const KernelPlan& plan, int64_t hidden) {

@@ -223,9 +223,25 @@ struct RealignedBackwardUnits {
 RealignedBackwardUnits PlanRealignedBackwardUnits(int64_t rows, int64_t hidden,
                                                   const KernelPlan& plan, int period);
 
+// BackwardRealignKernel's rows in flight: a ring of kRealignStages rows
+// (the one computed and kRealignStages - 1 loading) in shared memory, filled
+// by each thread's own cp.async copies: per stage its `slots` words of x and
+// of dy, and one (mean, rstd) a warp of the block.
+inline constexpr int kRealignStages = 3;
+// Which BackwardRealignKernel plans keep their rows in flight in the ring:
+// all but 16-bit rows of two words a thread, which keep the next row in
+// registers (measured slower with the ring: round 21 in BENCHMARKS.md).
+constexpr bool RealignUsesRing(int slots, int width) { return !(width == 8 && slots == 2); }
+constexpr std::size_t RealignRingBytes(int slots, int block_threads) {
+  return static_cast<std::size_t>(kRealignStages) *
+         (static_cast<std::size_t>(2 * slots * block_threads) * 16 +
+          static_cast<std::size_t>(block_threads / 32) * 8);
+}
+
 // Dynamic shared memory of a BackwardRealignKernel launch of `plan`: each
-// thread's gamma, dgamma and dbeta words (3 x slots x width floats), and
-// the groups' partials ([groups][hidden] floats) when a block has several rows.
+// thread's gamma, dgamma and dbeta words (3 x slots x width floats), the
+// ring (RealignRingBytes), and the groups' partials ([groups][hidden]
+// floats) when a block has several rows.
 std::size_t RealignBackwardSmemBytes(const KernelPlan& plan, int64_t hidden);
 
 // BackwardRealignKernel's registers a thread (__maxnreg__): a multiprocessor

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "device_access.cuh"
+#include "launch_plan.h"
 
 namespace normsvc::kernels::detail {
 
@@ -155,5 +156,26 @@ __device__ __forceinline__ void ForEachWordInRow(const WordSpan (&span)[K], Body
     }
   }
 }
+
+// The rows in flight of a BackwardRealignKernel block (RealignRingBytes in
+// launch_plan.h): per stage, each thread's K words of x and of dy
+// ([stage][x | dy][k][thread] uint4, a warp's 16-byte slots consecutive),
+// then per stage one (mean, rstd) a warp ([stage][warp] float2).
+template <int K>
+struct RealignRing {
+  uint4* base;
+  int threads;
+
+  __device__ __forceinline__ uint4* Slot(int stage, int tensor, int k) const {
+    return base + ((stage * 2 + tensor) * K + k) * threads + threadIdx.x;
+  }
+  __device__ __forceinline__ float2* Stats(int stage, int warp) const {
+    return reinterpret_cast<float2*>(base + kRealignStages * 2 * K * threads) +
+           stage * (threads / 32) + warp;
+  }
+  static constexpr int64_t Floats(int threads) {
+    return static_cast<int64_t>(RealignRingBytes(K, threads) / sizeof(float));
+  }
+};
 
 }  // namespace normsvc::kernels::detail
