@@ -92,7 +92,7 @@ __device__ __forceinline__ float GammaAt(const BackwardParams& p, int64_t index)
 }
 
 // One unit: the rows row_class + i * period, i in [begin, end) of its class,
-// taken round-robin by the block's row groups, the next row's words loaded
+// taken round-robin by the block's row groups, the next rows' words loading
 // while the current one is computed. K words a thread, W elements a word.
 template <typename T, int K, bool kLayerNorm, bool kSavedStats>
 __global__ void __maxnreg__(K == 1 ? kRealignBackwardRegistersOneSlot

@@ -187,8 +187,8 @@ std::size_t BackwardDynamicSmemBytes(const KernelPlan& plan);
 // most 2 x kMaxBlockThreads words. Shorter rows (H <= kBackwardRealignMinHidden)
 // and longer ones keep the strided plan (PlanBackward). Each thread's gamma
 // and dgamma/dbeta accumulators live in shared memory
-// (RealignBackwardSmemBytes), so that its registers hold the words of two
-// rows (the current and the next).
+// (RealignBackwardSmemBytes), as do the rows in flight (RealignRingBytes;
+// 16-bit plans of two words a thread keep the next row in registers).
 inline constexpr int64_t kBackwardRealignMinHidden = 256;
 inline constexpr int kBackwardRealignMaxSlots = 2;
 // Rows of fewer threads share blocks of up to this many.

@@ -112,7 +112,7 @@ __device__ __forceinline__ bool InRow(const WordSpan& span, int j) {
 
 // W floats a word of each thread of the block (gamma of its columns, its
 // dgamma / dbeta accumulators), kept in shared memory rather than registers
-// so that the registers hold two rows' words: W / 4 float4 a word,
+// so that the registers hold the rows' words: W / 4 float4 a word,
 // [slot][quarter][thread], so a warp's 16-byte accesses are consecutive (no
 // bank conflicts) and no thread touches another's.
 template <int K, int W>
