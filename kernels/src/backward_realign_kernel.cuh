@@ -254,7 +254,7 @@ __global__ void __maxnreg__(K == 1 ? kRealignBackwardRegistersOneSlot
   // it + 1 into the other.
   constexpr int kAhead = kRealignStages - 1;
   auto row_step = [&](int it, auto where) {
-    int stage = 0;
+    [[maybe_unused]] int stage = 0;  // the ring's; unused by the register buffers
     if constexpr (kRing) {
       stage = where;
       fetch(it + kAhead, stage == 0 ? kAhead : stage - 1);  // past the unit: an empty group
