@@ -237,7 +237,9 @@ __global__ void __maxnreg__(K == 1 ? kRealignBackwardRegistersOneSlot
       }
       if constexpr (kSavedStats) {
         // One copy a warp; its lanes read it after the leader's wait and a
-        // warp barrier.
+        // warp barrier. The copy may overwrite what they read a row ago
+        // because RealignRowSum's block barrier lies between: rows of two
+        // or more warps (every plan: launch_plan_test checks it).
         if (warp_leader) {
           float2* const own = ring.Stats(stage, warp_in_block);
           CopyAsync4(&own->y, p.rstd + row);
