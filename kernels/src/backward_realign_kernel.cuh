@@ -187,12 +187,22 @@ __global__ void __maxnreg__(K == 1 ? kRealignBackwardRegistersOneSlot
   };
   const int warp_in_block = static_cast<int>(threadIdx.x) >> 5;
   const bool warp_leader = (threadIdx.x & 31) == 0;
+  // Iteration `it`'s row of this thread's group; inactive past the unit's
+  // end (a padding row of the last iteration).
+  struct UnitRow {
+    bool active;
+    int64_t row;
+  };
+  auto unit_row = [&](int it) {
+    const int64_t index = begin + static_cast<int64_t>(it) * groups + team.group;
+    return UnitRow{index < end, row_class + index * period};
+  };
   // Registers: row `it` into buffer `b`.
   auto fetch_to_registers = [&](int it, auto buffer) {
     constexpr int b = decltype(buffer)::value;
-    const int64_t index = begin + static_cast<int64_t>(it) * groups + team.group;
-    const bool active = index < end;
-    const int64_t row = row_class + index * period;
+    const UnitRow at = unit_row(it);
+    const bool active = at.active;
+    const int64_t row = at.row;
     const T* x_words = row_words(p.x, p.x_stride, row);
     const T* dy_words = row_words(p.dy, p.dy_stride, row);
 #pragma unroll
@@ -215,9 +225,9 @@ __global__ void __maxnreg__(K == 1 ? kRealignBackwardRegistersOneSlot
   };
   // The ring: row `it` into stage `stage`.
   auto fetch = [&](int it, int stage) {
-    const int64_t index = begin + static_cast<int64_t>(it) * groups + team.group;
-    if (index < end) {
-      const int64_t row = row_class + index * period;
+    const UnitRow at = unit_row(it);
+    if (at.active) {
+      const int64_t row = at.row;
       const T* x_words = row_words(p.x, p.x_stride, row);
       const T* dy_words = row_words(p.dy, p.dy_stride, row);
 #pragma unroll
@@ -265,9 +275,9 @@ __global__ void __maxnreg__(K == 1 ? kRealignBackwardRegistersOneSlot
     } else if (it + 1 < iterations) {
       fetch_to_registers(it + 1, std::integral_constant<int, 1 - decltype(where)::value>{});
     }
-    const int64_t index = begin + static_cast<int64_t>(it) * groups + team.group;
-    const bool active = index < end;
-    const int64_t row = row_class + index * period;
+    const UnitRow at = unit_row(it);
+    const bool active = at.active;
+    const int64_t row = at.row;
     const int slot = (it & 1) * 3;
     // The row's words, with the elements outside the row cleared: the code
     // below relies on zeros there (x, dy and gamma). A padding row (past
