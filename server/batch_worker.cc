@@ -74,6 +74,7 @@ void FinishBatch(Batcher& batcher, const Executor& executor, Batch batch, BatchR
 void RunBatch(Batcher& batcher, Executor& executor, const DeviceMetrics& metrics, Batch batch,
               int slot) {
   BatchResult result = ExecuteBatch(executor, metrics, batch, slot);
+  batcher.BatchDone();
   FinishBatch(batcher, executor, std::move(batch), std::move(result));
 }
 
@@ -125,6 +126,7 @@ void BatchWorker::Loop() {
       return;
     }
     BatchResult result = ExecuteBatch(executor_, metrics_, *batch, slot);
+    batcher_.BatchDone();
     ReleaseSlot(slot);
     FinishBatch(batcher_, executor_, *std::move(batch), std::move(result), replies_);
   }

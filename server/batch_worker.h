@@ -1,11 +1,14 @@
 // Drives one executor. Its device has executor.slots() batch slots (the
 // batches in flight); the worker runs two threads per slot. A thread takes a
 // free slot, then the next closed batch (so with max_queue_delay 0 a batch
-// launches as soon as a slot frees up, holding whatever queued meanwhile),
-// runs it on the slot, gives the slot back, and only then finishes the
+// launches as soon as a slot frees up, holding whatever queued meanwhile,
+// unless the batcher holds it back while another batch runs:
+// overlap_min_bytes), runs it on the slot, tells the batcher it ran
+// (Batcher::BatchDone), gives the slot back, and only then finishes the
 // batch's tasks (sends the replies, with the ReplyPool's help): the next
-// batch is already on the device while the previous one's replies go out. These are the only
-// threads that call Executor::Run; RPC handlers never wait on them.
+// batch is already on the device while the previous one's replies go out.
+// These are the only threads that call Executor::Run; RPC handlers never
+// wait on them.
 #pragma once
 
 #include <thread>
@@ -29,8 +32,8 @@ BatchResult ExecuteBatch(Executor& executor, const DeviceMetrics& metrics, const
 // stamped, the stage timings).
 void FinishBatch(Batcher& batcher, const Executor& executor, Batch batch, BatchResult result,
                  ReplyPool* replies = nullptr);
-// Both, in order: what the worker threads do, and what tests call directly
-// with a fake executor.
+// Both, in order, with Batcher::BatchDone between: what the worker threads
+// do, and what tests call directly with a fake executor.
 void RunBatch(Batcher& batcher, Executor& executor, const DeviceMetrics& metrics, Batch batch,
               int slot);
 

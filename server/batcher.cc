@@ -67,8 +67,13 @@ std::unique_ptr<Task> Batcher::PopLocked() {
   return task;
 }
 
+bool Batcher::HeldForOverlapLocked() const {
+  return running_batches_ > 0 && options_.overlap_min_bytes > 0 &&
+         queued_bytes_ < options_.overlap_min_bytes && !closed_ && !flushing_;
+}
+
 bool Batcher::ReadyLocked(absl::Time now) const {
-  if (queue_.empty()) return false;
+  if (queue_.empty() || HeldForOverlapLocked()) return false;
   const Task& head = *queue_.front();
   return closed_ || flushing_ || options_.max_queue_delay <= absl::ZeroDuration() ||
          head.kind == TaskKind::kBackward || head.enqueued_at + options_.max_queue_delay <= now ||
@@ -79,7 +84,8 @@ bool Batcher::ReadyLocked(absl::Time now) const {
 }
 
 absl::Time Batcher::NextReadyTimeLocked() const {
-  if (queue_.empty()) return absl::InfiniteFuture();
+  // Held: only BatchDone or a Schedule can make it ready, and both signal.
+  if (queue_.empty() || HeldForOverlapLocked()) return absl::InfiniteFuture();
   if (ReadyLocked(absl::InfinitePast())) return absl::InfinitePast();
   return queue_.front()->enqueued_at + options_.max_queue_delay;
 }
@@ -135,6 +141,7 @@ std::optional<Batch> Batcher::TakeLocked(absl::Time now, std::vector<Dropped>* d
   }
   batch.closed_at = now;
   batch.more_queued = !queue_.empty();
+  ++running_batches_;
   return batch;
 }
 
@@ -188,7 +195,7 @@ std::optional<Batch> Batcher::WaitForBatch() {
     }
     const absl::Time wake = NextReadyTimeLocked();
     if (wake == absl::InfiniteFuture()) {
-      if (!spun && !closed_) {
+      if (!spun && !closed_ && queue_.empty()) {
         spun = true;
         mutex_.Unlock();
         SpinForWork();
@@ -203,6 +210,13 @@ std::optional<Batch> Batcher::WaitForBatch() {
   }
   mutex_.Unlock();
   return std::nullopt;
+}
+
+void Batcher::BatchDone() {
+  absl::MutexLock lock(&mutex_);
+  --running_batches_;
+  // A worker held back by overlap_min_bytes may take the queue now.
+  if (!queue_.empty()) ready_.Signal();
 }
 
 void Batcher::Flush() {

@@ -10,6 +10,13 @@
 // - A batch closes when it reaches max_batch_rows, max_batch_bytes (input
 //   bytes), the executor's staging capacity or max_batch_tasks, or when its
 //   oldest task has waited max_queue_delay (0: whenever a worker asks).
+// - While a batch taken from this batcher is running (taken and not yet
+//   reported by BatchDone), the next one closes only once the queue holds
+//   overlap_min_bytes input bytes (0: no such wait): a second batch in
+//   flight pays for its own launch and copies, which only a large one
+//   hides behind the running batch; a small one waits for the executor to
+//   be free and leaves with what queued meanwhile. Not while flushing or
+//   closed.
 //   Tasks leave in FIFO order; a closed batch never reopens.
 // - A task larger than the limits forms a batch of its own; it is never
 //   refused for its size here (edge validation bounds request sizes).
@@ -52,6 +59,8 @@ struct BatcherOptions {
   // without a futex wake-up (tens of microseconds on a busy host), at the
   // cost of one core while requests keep arriving. 0: sleep at once.
   absl::Duration idle_spin = absl::ZeroDuration();
+  // See the contract above; 0: a free slot takes the next batch at once.
+  int64_t overlap_min_bytes = 0;
 };
 
 class Batcher {
@@ -81,6 +90,11 @@ class Batcher {
   // empty. For worker threads; uses the real clock for waiting.
   std::optional<Batch> WaitForBatch();
 
+  // A batch this batcher handed out has finished running (its outputs are
+  // written; its tasks may still be unanswered). Every batch taken must be
+  // reported once, for overlap_min_bytes.
+  void BatchDone();
+
   // From now on batches close without waiting for max_queue_delay (the
   // drain); new tasks are still accepted.
   void Flush();
@@ -103,6 +117,9 @@ class Batcher {
     absl::Status status;
   };
   bool ReadyLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // A batch is running and the queue is too small to start another beside
+  // it (overlap_min_bytes): it waits for BatchDone or more requests.
+  bool HeldForOverlapLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::Time NextReadyTimeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   std::unique_ptr<Task> PopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Drops cancelled/expired tasks at the head into `dropped`.
@@ -129,6 +146,7 @@ class Batcher {
   int64_t queued_staging_ ABSL_GUARDED_BY(mutex_) = 0;
   bool flushing_ ABSL_GUARDED_BY(mutex_) = false;
   bool closed_ ABSL_GUARDED_BY(mutex_) = false;
+  int64_t running_batches_ ABSL_GUARDED_BY(mutex_) = 0;  // taken, BatchDone not yet called
   std::atomic<int64_t> pending_requests_{0};
   std::atomic<int64_t> pending_rows_{0};
   // At most one waiting worker spins (BatcherOptions::idle_spin).

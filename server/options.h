@@ -48,6 +48,9 @@ struct ServerOptions {
   int64_t max_queue_delay_us = 0;
   int64_t max_queue_size = 4096;
   int batches_in_flight = 2;
+  // A batch starts beside a running one only when this many input bytes are
+  // queued (BatcherOptions::overlap_min_bytes); 0: whenever a slot is free.
+  int64_t overlap_min_bytes = int64_t{256} << 10;
   // One idle worker polls this long before sleeping (0: off; -1: auto,
   // ResolveIdleSpinUs).
   int64_t idle_spin_us = -1;
