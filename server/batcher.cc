@@ -1,5 +1,6 @@
 #include "server/batcher.h"
 
+#include "absl/base/macros.h"
 #include "absl/strings/str_cat.h"
 #include "server/spin_pause.h"
 
@@ -182,6 +183,10 @@ std::optional<Batch> Batcher::WaitForBatch() {
     if (closed_ && queue_.empty()) break;
     std::optional<Batch> batch = TakeLocked(clock_(), &dropped);
     if (batch) {
+      // What stayed queued may be ready too (the batch closed at a limit,
+      // or took a backward task alone): the next waiter must not sleep
+      // through it, since the Schedule that made it ready woke one only.
+      if (ReadyLocked(clock_())) ready_.Signal();
       mutex_.Unlock();
       FinishDropped(&dropped);
       return batch;
@@ -214,6 +219,7 @@ std::optional<Batch> Batcher::WaitForBatch() {
 
 void Batcher::BatchDone() {
   absl::MutexLock lock(&mutex_);
+  ABSL_ASSERT(running_batches_ > 0);
   --running_batches_;
   // A worker held back by overlap_min_bytes may take the queue now.
   if (!queue_.empty()) ready_.Signal();

@@ -10,14 +10,15 @@
 // - A batch closes when it reaches max_batch_rows, max_batch_bytes (input
 //   bytes), the executor's staging capacity or max_batch_tasks, or when its
 //   oldest task has waited max_queue_delay (0: whenever a worker asks).
+//   Tasks leave in FIFO order; a closed batch never reopens.
 // - While a batch taken from this batcher is running (taken and not yet
 //   reported by BatchDone), the next one closes only once the queue holds
 //   overlap_min_bytes input bytes (0: no such wait): a second batch in
 //   flight pays for its own launch and copies, which only a large one
 //   hides behind the running batch; a small one waits for the executor to
 //   be free and leaves with what queued meanwhile. Not while flushing or
-//   closed.
-//   Tasks leave in FIFO order; a closed batch never reopens.
+//   closed. Every batch taken (TryTakeBatch, WaitForBatch) must be reported
+//   by BatchDone once it has run.
 // - A task larger than the limits forms a batch of its own; it is never
 //   refused for its size here (edge validation bounds request sizes).
 // - A backward task always forms a batch of its own (one launch each).
@@ -83,7 +84,8 @@ class Batcher {
   // expired tasks from the head first); nullopt otherwise.
   std::optional<Batch> TryTakeBatch();
   // When the head batch becomes ready if nothing else arrives;
-  // InfiniteFuture when the queue is empty.
+  // InfiniteFuture when the queue is empty or held (overlap_min_bytes: only
+  // BatchDone or more requests release it).
   absl::Time NextReadyTime() const;
 
   // Blocks until a batch is ready and returns it; nullopt once closed and
@@ -93,7 +95,7 @@ class Batcher {
   // A batch this batcher handed out has finished running (its outputs are
   // written; its tasks may still be unanswered). Every batch taken must be
   // reported once, for overlap_min_bytes.
-  void BatchDone();
+  void BatchDone() ABSL_LOCKS_EXCLUDED(mutex_);
 
   // From now on batches close without waiting for max_queue_delay (the
   // drain); new tasks are still accepted.

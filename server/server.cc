@@ -97,7 +97,7 @@ v1::GetServerInfoResponse MakeServerInfo(const ServerOptions& o, const std::stri
   batching->set_max_queue_size(o.max_queue_size);
   batching->set_batches_in_flight(o.batches_in_flight);
   batching->set_idle_spin_us(o.idle_spin_us);
-  batching->set_overlap_min_bytes(o.overlap_min_bytes);
+  batching->set_overlap_min_bytes(ResolveOverlapMinBytes(o.overlap_min_bytes, backend));
   const TransportSecurity transport = RequestedTransportSecurity(o);
   v1::GetServerInfoResponse::Security* security = info.mutable_security();
   security->set_tls(transport != TransportSecurity::kPlaintext);
@@ -236,7 +236,7 @@ absl::Status Server::CreateExecutors() {
   batching.max_queue_delay = absl::Microseconds(options_.max_queue_delay_us);
   batching.max_queue_size = options_.max_queue_size;
   batching.idle_spin = absl::Microseconds(options_.idle_spin_us);
-  batching.overlap_min_bytes = options_.overlap_min_bytes;
+  batching.overlap_min_bytes = ResolveOverlapMinBytes(options_.overlap_min_bytes, backend_);
   budget_ = std::make_unique<MemoryBudget>(options_.max_queued_bytes);
   memory_releaser_ = std::make_unique<IdleMemoryReleaser>(
       MemoryReleaseOptions{absl::Seconds(options_.memory_release_interval_s)},

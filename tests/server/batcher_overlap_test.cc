@@ -8,13 +8,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <future>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
 
-#include "absl/synchronization/mutex.h"
 #include "server/batch_worker.h"
 #include "server/batcher.h"
 #include "server/memory_budget.h"
@@ -26,6 +27,7 @@ namespace {
 
 using testing::MakeForwardTask;
 using testing::RecordingSink;
+using testing::WaitForBatchOnThread;
 
 // MakeForwardTask: 16 input bytes a row.
 constexpr int64_t kBytesPerRow = 16;
@@ -46,6 +48,19 @@ class BatcherOverlapTest : public ::testing::Test {
     ASSERT_TRUE(batcher.Schedule(task).ok());
   }
   static int64_t RowsOf(const std::optional<Batch>& batch) { return batch ? batch->rows : -1; }
+  // Schedules one row and takes it: a batch that runs until BatchDone.
+  Batch TakeRunningBatch(Batcher& batcher) {
+    Schedule(batcher, 1);
+    std::optional<Batch> batch = batcher.TryTakeBatch();
+    EXPECT_EQ(RowsOf(batch), 1);
+    return batch ? *std::move(batch) : Batch{};
+  }
+  // A batcher on the real clock, for tests with waiting threads.
+  std::unique_ptr<Batcher> MakeWaitingBatcher(int64_t overlap_min_rows) {
+    BatcherOptions options;
+    options.overlap_min_bytes = overlap_min_rows * kBytesPerRow;
+    return std::make_unique<Batcher>(options, &budget_, metrics_.device(0), metrics_.rejections());
+  }
   static void FinishAll(Batcher& batcher, Batch& batch) {
     for (auto& task : batch.tasks) batcher.Finish(std::move(task), absl::OkStatus());
   }
@@ -79,9 +94,7 @@ TEST_F(BatcherOverlapTest, QueueReachingTheThresholdStartsASecondBatchBesideTheF
   options.overlap_min_bytes = 10 * kBytesPerRow;
   auto batcher = MakeBatcher(options);
 
-  Schedule(*batcher, 1);
-  std::optional<Batch> first = batcher->TryTakeBatch();
-  ASSERT_EQ(RowsOf(first), 1);
+  std::optional<Batch> first = TakeRunningBatch(*batcher);
   Schedule(*batcher, 9);
   EXPECT_FALSE(batcher->TryTakeBatch());  // 9 rows: one short
   Schedule(*batcher, 1);
@@ -143,9 +156,7 @@ TEST_F(BatcherOverlapTest, TaskExpiringWhileHeldIsAnsweredBeforeLaunch) {
   BatcherOptions options;
   options.overlap_min_bytes = 100 * kBytesPerRow;
   auto batcher = MakeBatcher(options);
-  Schedule(*batcher, 1);
-  std::optional<Batch> first = batcher->TryTakeBatch();
-  ASSERT_EQ(RowsOf(first), 1);
+  std::optional<Batch> first = TakeRunningBatch(*batcher);
 
   std::unique_ptr<Task> expiring = MakeForwardTask(2, &sinks_.emplace_back());
   RecordingSink& expiring_sink = sinks_.back();
@@ -166,8 +177,50 @@ TEST_F(BatcherOverlapTest, TaskExpiringWhileHeldIsAnsweredBeforeLaunch) {
   EXPECT_EQ(expiring_sink.calls, 1);
 }
 
+TEST_F(BatcherOverlapTest, BatchDoneWakesAWorkerHeldBehindTheRunningBatch) {
+  std::unique_ptr<Batcher> held = MakeWaitingBatcher(100);
+  Batcher& batcher = *held;
+  std::optional<Batch> first = TakeRunningBatch(batcher);
+  Schedule(batcher, 2);
+  std::future<int64_t> waiter = WaitForBatchOnThread(batcher);
+  EXPECT_EQ(waiter.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  batcher.BatchDone();  // nothing else happens: this alone must wake it
+  ASSERT_EQ(waiter.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(waiter.get(), 2);
+  batcher.BatchDone();
+  FinishAll(batcher, *first);
+}
+
+TEST_F(BatcherOverlapTest, WhatStaysReadyAfterATakeWakesTheNextWaiter) {
+  // Held behind a running batch: a backward task (always alone) and then a
+  // forward task that brings the queue to the threshold. The one Schedule
+  // that made the queue ready wakes one waiter, which takes the backward
+  // task; the other must be woken for the forward one.
+  std::unique_ptr<Batcher> held = MakeWaitingBatcher(100);
+  Batcher& batcher = *held;
+  std::optional<Batch> first = TakeRunningBatch(batcher);
+  std::unique_ptr<Task> backward = MakeForwardTask(3, &sinks_.emplace_back());
+  backward->kind = TaskKind::kBackward;
+  ASSERT_TRUE(batcher.Schedule(backward).ok());
+  std::future<int64_t> a = WaitForBatchOnThread(batcher);
+  std::future<int64_t> b = WaitForBatchOnThread(batcher);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // both asleep, held
+  EXPECT_EQ(a.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  EXPECT_EQ(b.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  Schedule(batcher, 100);
+  ASSERT_EQ(a.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  ASSERT_EQ(b.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  const int64_t rows_a = a.get();
+  const int64_t rows_b = b.get();
+  EXPECT_EQ(std::min(rows_a, rows_b), 3);
+  EXPECT_EQ(std::max(rows_a, rows_b), 100);
+  for (int i = 0; i < 3; ++i) batcher.BatchDone();
+  FinishAll(batcher, *first);
+}
+
 // Two slots; each Run blocks until the test releases it, and records how
-// many ran at once.
+// many ran at once. (std::mutex, not absl::Mutex::Await: the TSan build
+// annotates absl::Mutex's Lock/Unlock and CondVar waits only.)
 class GatedExecutor final : public Executor {
  public:
   GatedExecutor() { device_.label = "cpu"; }
@@ -175,14 +228,12 @@ class GatedExecutor final : public Executor {
   int slots() const override { return 2; }
   int64_t max_batch_staging_bytes() const override { return 0; }
   BatchResult Run(const Batch& batch, int) override {
-    absl::MutexLock lock(&mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     ++running_;
-    ++started_;
+    const int64_t ticket = ++started_;
     most_at_once_ = std::max(most_at_once_, running_);
-    const int64_t ticket = started_;
-    mutex_.Await(absl::Condition(
-        +[](std::pair<int64_t*, int64_t>* arg) { return *arg->first >= arg->second; },
-        new_pair(&released_, ticket)));
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return released_ >= ticket; });
     --running_;
     BatchResult result;
     result.statuses.assign(batch.tasks.size(), absl::OkStatus());
@@ -195,52 +246,46 @@ class GatedExecutor final : public Executor {
 
   // Lets every batch started so far, and the next `more`, finish.
   void ReleaseAll(int64_t more = 0) {
-    absl::MutexLock lock(&mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     released_ = started_ + more;
+    changed_.notify_all();
   }
   // Waits until `count` batches have started (at most 5 s); false if not.
   bool AwaitStarted(int64_t count) {
-    absl::MutexLock lock(&mutex_);
-    return mutex_.AwaitWithTimeout(
-        absl::Condition(
-            +[](std::pair<int64_t*, int64_t>* arg) { return *arg->first >= arg->second; },
-            new_pair(&started_, count)),
-        absl::Seconds(5));
+    std::unique_lock<std::mutex> lock(mutex_);
+    return changed_.wait_for(lock, std::chrono::seconds(5), [&] { return started_ >= count; });
   }
   int64_t started() {
-    absl::MutexLock lock(&mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     return started_;
   }
   int64_t most_at_once() {
-    absl::MutexLock lock(&mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     return most_at_once_;
   }
 
  private:
-  // absl::Condition takes a pointer that must outlive the wait; the pairs
-  // live as long as the executor.
-  std::pair<int64_t*, int64_t>* new_pair(int64_t* value, int64_t target) {
-    return &pairs_.emplace_back(value, target);
-  }
   DeviceDescription device_;
-  absl::Mutex mutex_;
-  int64_t running_ = 0, started_ = 0, released_ = 0, most_at_once_ = 0;
-  std::deque<std::pair<int64_t*, int64_t>> pairs_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int64_t running_ = 0, started_ = 0, released_ = 0, most_at_once_ = 0;  // under mutex_
 };
 
 class BatchWorkerOverlapTest : public BatcherOverlapTest {
  protected:
   // Schedules `tasks` tasks of `rows` rows while the first batch is held on
-  // the device, then lets every batch finish; returns the most batches that
-  // ran at once, and checks every task was answered OK exactly once.
-  int64_t MostAtOnce(int64_t overlap_min_rows, int64_t rows, int tasks) {
+  // the device, waits for `expected` batches to run at once (a second one
+  // that should not start gets 100 ms to show up), then lets every batch
+  // finish; returns the most batches that ran at once, and checks every
+  // task was answered OK exactly once.
+  int64_t MostAtOnce(int64_t overlap_min_rows, int64_t rows, int tasks, int64_t expected) {
     BatcherOptions options;
     options.overlap_min_bytes = overlap_min_rows * kBytesPerRow;
+    std::deque<RecordingSink> sinks;  // outlives the batcher and the worker
     Batcher batcher(options, &budget_, metrics_.device(0), metrics_.rejections());
     GatedExecutor executor;
     BatchWorker worker(batcher, executor, metrics_.device(0), nullptr);
     worker.Start();
-    std::deque<RecordingSink> sinks;
     auto schedule = [&] {
       std::unique_ptr<Task> task = MakeForwardTask(rows, &sinks.emplace_back());
       EXPECT_TRUE(batcher.Schedule(task).ok());
@@ -248,7 +293,7 @@ class BatchWorkerOverlapTest : public BatcherOverlapTest {
     schedule();
     EXPECT_TRUE(executor.AwaitStarted(1));
     for (int i = 1; i < tasks; ++i) schedule();
-    // A second batch, if the policy lets one start, starts within this.
+    EXPECT_TRUE(executor.AwaitStarted(expected));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     const int64_t started_while_first_ran = executor.started();
     executor.ReleaseAll(tasks);
@@ -271,15 +316,15 @@ class BatchWorkerOverlapTest : public BatcherOverlapTest {
 };
 
 TEST_F(BatchWorkerOverlapTest, SmallRequestsRunOneBatchAtATime) {
-  EXPECT_EQ(MostAtOnce(/*overlap_min_rows=*/64, /*rows=*/1, /*tasks=*/20), 1);
+  EXPECT_EQ(MostAtOnce(/*overlap_min_rows=*/64, /*rows=*/1, /*tasks=*/20, /*expected=*/1), 1);
 }
 
 TEST_F(BatchWorkerOverlapTest, LargeRequestsOverlapOnBothSlots) {
-  EXPECT_EQ(MostAtOnce(/*overlap_min_rows=*/64, /*rows=*/64, /*tasks=*/3), 2);
+  EXPECT_EQ(MostAtOnce(/*overlap_min_rows=*/64, /*rows=*/64, /*tasks=*/3, /*expected=*/2), 2);
 }
 
 TEST_F(BatchWorkerOverlapTest, ZeroThresholdOverlapsEvenOneRowRequests) {
-  EXPECT_EQ(MostAtOnce(/*overlap_min_rows=*/0, /*rows=*/1, /*tasks=*/3), 2);
+  EXPECT_EQ(MostAtOnce(/*overlap_min_rows=*/0, /*rows=*/1, /*tasks=*/3, /*expected=*/2), 2);
 }
 
 }  // namespace

@@ -20,23 +20,12 @@ namespace {
 
 using testing::MakeForwardTask;
 using testing::RecordingSink;
+using testing::WaitForBatchOnThread;
 
 class BatcherSpinTest : public ::testing::Test {
  protected:
   ServiceMetrics metrics_{{"cpu"}, BuildInfo{"test", "test", "none", "cpu"}};
   MemoryBudget budget_{int64_t{1} << 30};
-
-  // WaitForBatch on another thread; the rows of the batch it returned, or -1
-  // when it returned none (closed).
-  static std::future<int64_t> WaitOnThread(Batcher& batcher) {
-    return std::async(std::launch::async, [&batcher] {
-      std::optional<Batch> batch = batcher.WaitForBatch();
-      if (!batch) return int64_t{-1};
-      const int64_t rows = batch->rows;
-      for (auto& task : batch->tasks) batcher.Finish(std::move(task), absl::OkStatus());
-      return rows;
-    });
-  }
 };
 
 TEST_F(BatcherSpinTest, TasksArrivingDuringAndAfterTheSpinAreTakenAndCloseEndsTheWait) {
@@ -47,7 +36,7 @@ TEST_F(BatcherSpinTest, TasksArrivingDuringAndAfterTheSpinAreTakenAndCloseEndsTh
   RecordingSink after;
 
   // Scheduled 20 ms into the worker's 200 ms spin.
-  std::future<int64_t> first = WaitOnThread(batcher);
+  std::future<int64_t> first = WaitForBatchOnThread(batcher);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   std::unique_ptr<Task> task = MakeForwardTask(3, &during);
   ASSERT_TRUE(batcher.Schedule(task).ok());
@@ -55,7 +44,7 @@ TEST_F(BatcherSpinTest, TasksArrivingDuringAndAfterTheSpinAreTakenAndCloseEndsTh
   EXPECT_EQ(first.get(), 3);
 
   // Scheduled after the spin has ended: the worker sleeps and is woken.
-  std::future<int64_t> second = WaitOnThread(batcher);
+  std::future<int64_t> second = WaitForBatchOnThread(batcher);
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   ASSERT_EQ(second.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
   task = MakeForwardTask(5, &after);
@@ -64,7 +53,7 @@ TEST_F(BatcherSpinTest, TasksArrivingDuringAndAfterTheSpinAreTakenAndCloseEndsTh
   EXPECT_EQ(second.get(), 5);
 
   // Close wakes a waiting worker, which returns no batch.
-  std::future<int64_t> third = WaitOnThread(batcher);
+  std::future<int64_t> third = WaitForBatchOnThread(batcher);
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   batcher.Close();
   ASSERT_EQ(third.wait_for(std::chrono::seconds(5)), std::future_status::ready);
@@ -83,8 +72,8 @@ TEST_F(BatcherSpinTest, TwoWaitingWorkersTakeTwoTasksOnceEach) {
   options.max_batch_tasks = 1;  // one task a batch: each worker gets one
   Batcher batcher(options, &budget_, metrics_.device(0), metrics_.rejections());
   RecordingSink sinks[2];
-  std::future<int64_t> a = WaitOnThread(batcher);
-  std::future<int64_t> b = WaitOnThread(batcher);
+  std::future<int64_t> a = WaitForBatchOnThread(batcher);
+  std::future<int64_t> b = WaitForBatchOnThread(batcher);
   std::this_thread::sleep_for(std::chrono::milliseconds(10));
   for (int i = 0; i < 2; ++i) {
     std::unique_ptr<Task> task = MakeForwardTask(i + 1, &sinks[i]);

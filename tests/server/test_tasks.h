@@ -1,12 +1,16 @@
 // Tasks and sinks for tests that drive the batcher and the executor pool
-// without gRPC: a sink that records how its task ended, and a forward task
-// of a given row count (16 input, 16 output and 32 staging bytes a row).
+// without gRPC: a sink that records how its task ended, a forward task of a
+// given row count (16 input, 16 output and 32 staging bytes a row), and a
+// worker's WaitForBatch on a thread of its own.
 #pragma once
 
+#include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 
 #include "absl/status/status.h"
+#include "server/batcher.h"
 #include "server/task.h"
 
 namespace normsvc::server::testing {
@@ -37,6 +41,18 @@ inline std::unique_ptr<Task> MakeForwardTask(int64_t rows, TaskSink* sink) {
   task->staging_bytes = rows * 32;
   task->sink = sink;
   return task;
+}
+
+// Batcher::WaitForBatch on another thread; the rows of the batch it
+// returned (its tasks finished OK), or -1 when it returned none (closed).
+inline std::future<int64_t> WaitForBatchOnThread(Batcher& batcher) {
+  return std::async(std::launch::async, [&batcher] {
+    std::optional<Batch> batch = batcher.WaitForBatch();
+    if (!batch) return int64_t{-1};
+    const int64_t rows = batch->rows;
+    for (auto& task : batch->tasks) batcher.Finish(std::move(task), absl::OkStatus());
+    return rows;
+  });
 }
 
 }  // namespace normsvc::server::testing
