@@ -137,12 +137,16 @@ absl::Status Server::Start() {
   if (absl::Status status = StartMetricsEndpoint(); !status.ok()) return status;
   if (absl::Status status = StartHealthPort(); !status.ok()) return status;
   SetServing(true);
+  const int64_t overlap_min_bytes = ResolveOverlapMinBytes(options_.overlap_min_bytes, backend_);
   Log(LogLevel::kInfo, "serving on port ", grpc_port_, " (",
       TransportSecurityName(RequestedTransportSecurity(options_)),
       token_auth_ != nullptr ? ", bearer token required" : "", ") with the ", backend_,
       " backend (", pool_->size(), " executor", pool_->size() == 1 ? "" : "s",
-      ", idle workers poll ", options_.idle_spin_us, " us)",
-      metrics_port_ > 0 ? absl::StrCat(", metrics on port ", metrics_port_) : "",
+      ", idle workers poll ", options_.idle_spin_us, " us, ",
+      overlap_min_bytes > 0
+          ? absl::StrCat("a second batch in flight waits for ", overlap_min_bytes, " queued bytes")
+          : std::string("a second batch in flight starts whenever a slot is free"),
+      ")", metrics_port_ > 0 ? absl::StrCat(", metrics on port ", metrics_port_) : "",
       health_port_ > 0 ? absl::StrCat(", health on port ", health_port_) : "");
   return absl::OkStatus();
 }
