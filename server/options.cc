@@ -181,11 +181,13 @@ std::vector<FlagSpec> Flags() {
                    [](const ServerOptions& o) { return absl::StrCat(o.batches_in_flight); }});
   flags.push_back(Int64Flag(
       "overlap_min_bytes", &ServerOptions::overlap_min_bytes,
-      "a second batch starts while one runs on the same executor only when this many input "
-      "bytes are queued: small batches gain nothing from overlapping their copies and cost "
-      "a launch each, so they wait for the running one and leave together (0: start one "
-      "whenever a batch slot is free; -1: 262144 on the CUDA backend, 0 on the CPU backend, "
-      "whose slots each run on their share of the cores)"));
+      absl::StrCat("a second batch starts while one runs on the same executor only when this "
+                   "many input bytes are queued: small batches gain nothing from overlapping "
+                   "their copies and cost a launch each, so they wait for the running one and "
+                   "leave together (0: start one whenever a batch slot is free; -1: ",
+                   kAutoOverlapMinBytes,
+                   " on the CUDA backend, 0 on the CPU backend, whose slots each run on their "
+                   "share of the cores)")));
   flags.push_back(Int64Flag("staging_buffer_bytes", &ServerOptions::staging_buffer_bytes,
                             "pinned host staging (and device buffer) per in-flight batch slot"));
   flags.push_back(Int64Flag("max_stream_in_flight", &ServerOptions::max_stream_in_flight,
