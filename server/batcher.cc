@@ -1,5 +1,7 @@
 #include "server/batcher.h"
 
+#include <algorithm>
+
 #include "absl/base/macros.h"
 #include "absl/strings/str_cat.h"
 #include "server/spin_pause.h"
@@ -35,6 +37,14 @@ absl::Status Batcher::Schedule(std::unique_ptr<Task>& task) {
     rejections_.queue_full->Increment();
     return absl::ResourceExhaustedError(absl::StrCat(
         "queue full: ", queue_.size(), " requests queued (--max_queue_size); retry later"));
+  }
+  if (budget_ != nullptr && task->memory_bytes() > budget_->limit()) {
+    // No amount of waiting makes room: refuse it as the limit it exceeds,
+    // not as a retryable shortage.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the request needs ", task->memory_bytes(),
+        " bytes of server memory (its input and output), more than --max_queued_bytes (",
+        budget_->limit(), ") allows any request"));
   }
   if (budget_ != nullptr && !budget_->TryAcquire(task->memory_bytes())) {
     rejections_.queue_full->Increment();
@@ -85,10 +95,14 @@ bool Batcher::ReadyLocked(absl::Time now) const {
 }
 
 absl::Time Batcher::NextReadyTimeLocked() const {
+  if (queue_.empty()) return absl::InfiniteFuture();
+  // The head's deadline counts too: a request that expires while it waits
+  // for its batch is answered when it expires, not when the batch closes.
+  const absl::Time head_deadline = queue_.front()->deadline;
   // Held: only BatchDone or a Schedule can make it ready, and both signal.
-  if (queue_.empty() || HeldForOverlapLocked()) return absl::InfiniteFuture();
+  if (HeldForOverlapLocked()) return head_deadline;
   if (ReadyLocked(absl::InfinitePast())) return absl::InfinitePast();
-  return queue_.front()->enqueued_at + options_.max_queue_delay;
+  return std::min(queue_.front()->enqueued_at + options_.max_queue_delay, head_deadline);
 }
 
 absl::Time Batcher::NextReadyTime() const {
@@ -99,13 +113,15 @@ absl::Time Batcher::NextReadyTime() const {
 void Batcher::PruneHeadLocked(absl::Time now, std::vector<Dropped>* dropped) {
   while (!queue_.empty()) {
     const Task& head = *queue_.front();
-    if (head.sink->IsCancelled()) {
-      rejections_.cancelled->Increment();
-      dropped->push_back({PopLocked(), absl::CancelledError("the caller cancelled the request")});
-    } else if (head.deadline <= now) {
+    // The deadline first: when it passes, gRPC also cancels the call, and
+    // the caller is owed DEADLINE_EXCEEDED, not CANCELLED.
+    if (head.deadline <= now) {
       rejections_.deadline_exceeded->Increment();
       dropped->push_back({PopLocked(), absl::DeadlineExceededError(
                                            "the deadline passed while the request was queued")});
+    } else if (head.sink->IsCancelled()) {
+      rejections_.cancelled->Increment();
+      dropped->push_back({PopLocked(), absl::CancelledError("the caller cancelled the request")});
     } else {
       return;
     }

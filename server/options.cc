@@ -1,5 +1,6 @@
 #include "server/options.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 
@@ -87,6 +88,11 @@ absl::Status ParseDevices(const std::string& value, std::vector<int>* devices) {
     if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &index) || index < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("--devices: '", value, "' is not 'all' or a list of device indices"));
+    }
+    if (std::find(devices->begin(), devices->end(), index) != devices->end()) {
+      // Two executors on one device would share its label in every metric series.
+      return absl::InvalidArgumentError(
+          absl::StrCat("--devices: device ", index, " is listed twice in '", value, "'"));
     }
     devices->push_back(index);
   }
@@ -316,6 +322,13 @@ absl::Status ValidateOptions(const ServerOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max_hidden_size must be <= ", kernels::kMaxHidden, ", got ", o.max_hidden_size));
   }
+  // The edge multiplies rows by the hidden size and an element's size (at
+  // most 4 bytes) in 64 bits: the limits must keep that product in range.
+  if (o.max_request_rows > std::numeric_limits<int64_t>::max() / 4 / o.max_hidden_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_request_rows x --max_hidden_size x 4 bytes must fit in 64 bits, got ",
+                     o.max_request_rows, " x ", o.max_hidden_size));
+  }
   if (o.max_receive_message_bytes > kIntMax) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max_receive_message_bytes must be <= ", kIntMax));
@@ -360,15 +373,10 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
                                              const EnvLookup& env) {
   const std::vector<FlagSpec> flags = Flags();
   CommandLine result;
-  // Environment first, so that the command line overrides it.
-  for (const FlagSpec& flag : flags) {
-    const std::string name = EnvName(flag.name);
-    if (std::optional<std::string> value = env(name)) {
-      if (absl::Status status = flag.set(*value, &result.options); !status.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(name, ": ", status.message()));
-      }
-    }
-  }
+  // The command line is read first, so that --help and --version answer
+  // whatever the environment holds, and a flag given on the command line
+  // ignores its environment variable (even one that would not parse).
+  std::vector<std::pair<const FlagSpec*, std::string>> given;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "--help" || arg == "-h") {
@@ -400,6 +408,20 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
     if (spec == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
     }
+    given.emplace_back(spec, std::move(value));
+  }
+  for (const FlagSpec& flag : flags) {
+    const bool on_command_line = std::any_of(
+        given.begin(), given.end(), [&](const auto& entry) { return entry.first == &flag; });
+    if (on_command_line) continue;
+    const std::string name = EnvName(flag.name);
+    if (std::optional<std::string> value = env(name)) {
+      if (absl::Status status = flag.set(*value, &result.options); !status.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(name, ": ", status.message()));
+      }
+    }
+  }
+  for (const auto& [spec, value] : given) {
     if (absl::Status status = spec->set(value, &result.options); !status.ok()) return status;
   }
   if (absl::Status status = ValidateOptions(result.options); !status.ok()) return status;

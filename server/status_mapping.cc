@@ -2,7 +2,20 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+
 namespace normsvc::server {
+namespace {
+
+std::string BoundedMessage(absl::string_view message) {
+  if (message.size() <= kMaxStatusMessageBytes) return std::string(message);
+  size_t cut = kMaxStatusMessageBytes;
+  // Back up over UTF-8 continuation bytes (10xxxxxx) to a character's start.
+  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+  return absl::StrCat(message.substr(0, cut), "... (", message.size() - cut, " more bytes)");
+}
+
+}  // namespace
 
 absl::Status FromKernelStatus(const kernels::Status& status) {
   switch (status.code()) {
@@ -26,7 +39,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   const grpc::StatusCode grpc_code = (code > 0 && code < kStatusCodeCount)
                                          ? static_cast<grpc::StatusCode>(code)
                                          : grpc::StatusCode::UNKNOWN;
-  return grpc::Status(grpc_code, std::string(status.message()));
+  return grpc::Status(grpc_code, BoundedMessage(status.message()));
 }
 
 const char* StatusCodeName(absl::StatusCode code) {

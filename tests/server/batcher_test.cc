@@ -231,6 +231,48 @@ TEST_F(BatcherTest, TaskWhoseDeadlinePassesWhileQueuedLeavesBeforeLaunch) {
   EXPECT_EQ(budget_.used(), 0);
 }
 
+// When a queued request's deadline passes, gRPC cancels its call too: the
+// answer is still DEADLINE_EXCEEDED, and it comes at the deadline, not when
+// the batch would close.
+TEST_F(BatcherTest, ExpiredTaskIsAnsweredAtItsDeadlineEvenWhenAlsoCancelled) {
+  BatcherOptions options;
+  options.max_queue_delay = absl::Seconds(1);
+  auto batcher = MakeBatcher(options);
+  const absl::Time deadline = now_ + absl::Milliseconds(20);
+  Schedule(*batcher, MakeTask(1, TaskKind::kForward, deadline));
+  Schedule(*batcher, MakeTask(2));
+  EXPECT_EQ(batcher->NextReadyTime(), deadline);
+  now_ = deadline;
+  sinks_[0].cancelled = true;
+  EXPECT_FALSE(batcher->TryTakeBatch());  // the second task waits for its delay
+  ASSERT_TRUE(sinks_[0].result);
+  EXPECT_EQ(sinks_[0].result->code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(Count(metrics_.rejections().deadline_exceeded), 1);
+  EXPECT_EQ(Count(metrics_.rejections().cancelled), 0);
+  const absl::Time enqueued = deadline - absl::Milliseconds(20);
+  EXPECT_EQ(batcher->NextReadyTime(), enqueued + absl::Seconds(1));  // the next head's delay
+  EXPECT_EQ(budget_.used(), 2 * 32);
+}
+
+// A request that needs more memory than the whole budget can never be
+// accepted: it is refused as a limit, not as "retry later".
+TEST_F(BatcherTest, TaskLargerThanTheWholeBudgetIsInvalidNotRetryable) {
+  MemoryBudget budget(100);  // a task of n rows holds 32 n bytes
+  auto batcher = MakeBatcher({}, &budget);
+  std::unique_ptr<Task> task = MakeTask(4);  // 128 bytes
+  const absl::Status status = batcher->Schedule(task);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("--max_queued_bytes"), absl::string_view::npos) << status;
+  EXPECT_NE(task, nullptr);
+  EXPECT_EQ(budget.used(), 0);
+  Schedule(*batcher, MakeTask(3));             // 96 bytes fit
+  std::unique_ptr<Task> second = MakeTask(1);  // fits the limit, not what is left
+  EXPECT_EQ(batcher->Schedule(second).code(), absl::StatusCode::kResourceExhausted);
+  std::optional<Batch> batch = batcher->TryTakeBatch();
+  ASSERT_TRUE(batch);
+  for (auto& t : batch->tasks) batcher->Finish(std::move(t), absl::OkStatus());
+}
+
 TEST_F(BatcherTest, TaskPastItsDeadlineIsRefusedAndStaysWithTheCaller) {
   auto batcher = MakeBatcher({});
   std::unique_ptr<Task> task = MakeTask(1, TaskKind::kForward, now_);

@@ -71,6 +71,30 @@ TEST(OptionsTest, EnvironmentSetsFlagsAndTheCommandLineWins) {
   EXPECT_EQ(parsed->options.reply_threads, 0);
 }
 
+// A bad environment value cannot hide --help or --version, and a flag given
+// on the command line does not read its variable at all.
+TEST(OptionsTest, CommandLineIsReadBeforeTheEnvironment) {
+  const EnvLookup bad = Env({{"NORMSVC_BACKEND", "gpu"}, {"NORMSVC_MAX_BATCH_ROWS", "abc"}});
+  absl::StatusOr<CommandLine> help = ParseCommandLine({"--help"}, bad);
+  ASSERT_TRUE(help.ok()) << help.status();
+  EXPECT_EQ(help->action, CommandLine::Action::kHelp);
+  absl::StatusOr<CommandLine> version = ParseCommandLine({"--version"}, bad);
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_EQ(version->action, CommandLine::Action::kVersion);
+
+  absl::StatusOr<CommandLine> parsed =
+      ParseCommandLine({"--max_batch_rows=10", "--backend", "cpu"}, bad);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->options.max_batch_rows, 10);
+  EXPECT_EQ(parsed->options.backend, Backend::kCpu);
+
+  // A variable whose flag is not on the command line is still read, and checked.
+  absl::StatusOr<CommandLine> env_only = ParseCommandLine({"--backend=cpu"}, bad);
+  ASSERT_FALSE(env_only.ok());
+  EXPECT_NE(env_only.status().message().find("NORMSVC_MAX_BATCH_ROWS"), absl::string_view::npos)
+      << env_only.status().message();
+}
+
 TEST(OptionsTest, HelpListsEveryFlagWithItsEnvironmentVariableAndDefault) {
   absl::StatusOr<CommandLine> parsed = ParseCommandLine({"--help"}, Env({}));
   ASSERT_TRUE(parsed.ok());
@@ -137,6 +161,9 @@ TEST(OptionsTest, BadValuesAreErrorsNamingTheFlagOrVariable) {
       {{"--log_level=loud"}, {}, "--log_level: 'loud'"},
       {{"--drain_timeout_s"}, {}, "--drain_timeout_s needs a value"},
       {{"stray"}, {}, "unexpected argument 'stray'"},
+      {{"--devices=0,1,0"}, {}, "--devices: device 0 is listed twice"},
+      {{"--max_request_rows=9223372036854775807"}, {}, "must fit in 64 bits"},
+      {{"--max_request_rows=8796093022208", "--max_hidden_size=262144"}, {}, "must fit in 64 bits"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<CommandLine> parsed = ParseCommandLine(c.args, Env(c.env));
