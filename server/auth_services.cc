@@ -56,9 +56,9 @@ grpc::ServerUnaryReactor* AuthenticatedNormalizer::Normalize(grpc::CallbackServe
   return inner_.Normalize(context, request, response);
 }
 
-grpc::ServerBidiReactor<v1::NormalizeRequest, v1::NormalizeStreamResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 AuthenticatedNormalizer::NormalizeStream(grpc::CallbackServerContext* context) {
-  if (auto* refused = guard_.RefuseStream<v1::NormalizeRequest, v1::NormalizeStreamResponse>(
+  if (auto* refused = guard_.RefuseStream<grpc::ByteBuffer, grpc::ByteBuffer>(
           context, Method::kNormalizeStream)) {
     return refused;
   }

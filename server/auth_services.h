@@ -61,7 +61,8 @@ class AuthenticatedNormalizer final : public NormalizerCallbackBase {
   grpc::ServerUnaryReactor* Normalize(grpc::CallbackServerContext* context,
                                       const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
-  grpc::ServerBidiReactor<v1::NormalizeRequest, v1::NormalizeStreamResponse>* NormalizeStream(
+  using NormalizerCallbackBase::NormalizeStream;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NormalizeStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* NormalizeBackward(grpc::CallbackServerContext* context,
                                               const v1::NormalizeBackwardRequest* request,

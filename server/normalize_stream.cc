@@ -5,8 +5,10 @@
 #include <memory>
 #include <optional>
 
+#include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/server_context.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
 #include "server/status_mapping.h"
@@ -15,7 +17,7 @@
 
 namespace normsvc::server {
 
-using StreamReactor = grpc::ServerBidiReactor<v1::NormalizeRequest, v1::NormalizeStreamResponse>;
+using StreamReactor = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
 
 // Locking: mutex_ guards the stream's state; gRPC operations (StartRead,
 // StartWrite, Finish) are issued after it is released, from an Actions
@@ -50,23 +52,41 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
 
   void OnReadDone(bool ok) override {
     started_.load(std::memory_order_acquire);
-    Item* item = nullptr;
+    std::unique_ptr<Item> item;
+    int64_t message_number = 0;
     Actions actions;
     {
       absl::MutexLock lock(&mutex_);
       read_pending_ = false;
       std::unique_ptr<Item> read = std::move(reading_);
       if (ok && !finished_) {
-        item = read.release();
+        item = std::move(read);
         ++outstanding_;
+        message_number = ++messages_read_;
       } else {
         if (!ok) half_closed_ = true;
         DecideFinishLocked(&actions);
       }
     }
     if (item != nullptr) {
-      Process(item);
+      const bool parsed = grpc::SerializationTraits<v1::NormalizeRequest>::Deserialize(
+                              &item->received, &item->request)
+                              .ok();
+      if (parsed) {
+        Process(item.release());
+      } else {
+        item.reset();
+        RecordMalformed();
+      }
       absl::MutexLock lock(&mutex_);
+      if (!parsed) {
+        --outstanding_;
+        malformed_ = absl::InvalidArgumentError(absl::StrCat(
+            "stream message ", message_number,
+            " is not a valid NormalizeRequest; the requests before it were answered, and the "
+            "stream reads no further"));
+        DecideFinishLocked(&actions);
+      }
       DecideReadLocked(&actions);
     }
     Run(actions);
@@ -122,18 +142,27 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     void OnTaskDone(const absl::Status& status) override { stream->Complete(this, status); }
 
     NormalizeStreamCall* const stream;
+    grpc::ByteBuffer received;  // the message as read; parsed into `request`
     v1::NormalizeRequest request;
     v1::NormalizeStreamResponse reply;
+    grpc::ByteBuffer reply_bytes;  // `reply`, serialized, as written
     absl::Time start;
     std::optional<kernels::NormOp> op;
     std::optional<kernels::DType> dtype;
+    uint64_t request_id = 0;
     int64_t rows = 0;
     bool entered = false;
   };
 
+  // A message that did not parse: counted as a request refused at the edge.
+  void RecordMalformed() {
+    service_.metrics->RecordRequest(Method::kNormalizeStream, std::nullopt, std::nullopt,
+                                    absl::StatusCode::kInvalidArgument, 0, 0.0);
+  }
+
   struct Actions {
-    v1::NormalizeRequest* read = nullptr;
-    const v1::NormalizeStreamResponse* write = nullptr;
+    grpc::ByteBuffer* read = nullptr;
+    const grpc::ByteBuffer* write = nullptr;
     std::optional<grpc::Status> finish;
   };
 
@@ -145,20 +174,20 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
 
   void DecideReadLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     if (read_pending_ || half_closed_ || draining_ || finished_ || write_failed_ ||
-        cancelled_.load(std::memory_order_relaxed) ||
+        !malformed_.ok() || cancelled_.load(std::memory_order_relaxed) ||
         outstanding_ >= service_.max_stream_in_flight) {
       return;
     }
     read_pending_ = true;
     reading_ = std::make_unique<Item>(this);
-    actions->read = &reading_->request;
+    actions->read = &reading_->received;
   }
 
   void DecideWriteLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     if (writing_ != nullptr || to_write_.empty() || finished_) return;
     writing_ = std::move(to_write_.front());
     to_write_.pop_front();
-    actions->write = &writing_->reply;
+    actions->write = &writing_->reply_bytes;
   }
 
   void DecideFinishLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
@@ -167,6 +196,8 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
       actions->finish = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
     } else if (write_failed_) {
       actions->finish = grpc::Status(grpc::StatusCode::UNAVAILABLE, "could not write a reply");
+    } else if (!malformed_.ok()) {
+      actions->finish = ToGrpcStatus(malformed_);
     } else if (half_closed_) {
       actions->finish = grpc::Status::OK;
     } else if (draining_) {
@@ -182,7 +213,8 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     item->start = absl::Now();
     item->op = FromProtoOp(item->request.op());
     item->dtype = FromProtoDType(item->request.input().dtype());
-    item->reply.set_request_id(item->request.request_id());
+    item->request_id = item->request.request_id();
+    item->reply.set_request_id(item->request_id);
     if (!service_.gate->TryEnter()) {
       {
         absl::MutexLock lock(&mutex_);
@@ -217,6 +249,22 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
       error->set_code(static_cast<int>(status.code()));
       error->set_message(std::string(status.message()));
     }
+    // The task is gone (Batcher::Finish): the request's bytes can go now,
+    // and the reply waits for its write as bytes only.
+    item->request = v1::NormalizeRequest();
+    bool own_buffer = false;
+    if (!grpc::SerializationTraits<v1::NormalizeStreamResponse>::Serialize(
+             item->reply, &item->reply_bytes, &own_buffer)
+             .ok()) {
+      item->reply = v1::NormalizeStreamResponse();
+      v1::NormalizeStreamResponse::Error* error = item->reply.mutable_error();
+      error->set_code(static_cast<int>(absl::StatusCode::kInternal));
+      error->set_message("the reply could not be serialized");
+      item->reply.set_request_id(item->request_id);
+      grpc::SerializationTraits<v1::NormalizeStreamResponse>::Serialize(
+          item->reply, &item->reply_bytes, &own_buffer);
+    }
+    item->reply = v1::NormalizeStreamResponse();
     if (item->entered) service_.gate->Exit();
     Actions actions;
     {
@@ -251,6 +299,8 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
   std::deque<std::unique_ptr<Item>> to_write_ ABSL_GUARDED_BY(mutex_);
   std::unique_ptr<Item> writing_ ABSL_GUARDED_BY(mutex_);
   int64_t outstanding_ ABSL_GUARDED_BY(mutex_) = 0;  // read and not yet written or dropped
+  int64_t messages_read_ ABSL_GUARDED_BY(mutex_) = 0;
+  absl::Status malformed_ ABSL_GUARDED_BY(mutex_);  // set by a message that did not parse
   bool read_pending_ ABSL_GUARDED_BY(mutex_) = false;
   bool half_closed_ ABSL_GUARDED_BY(mutex_) = false;
   bool draining_ ABSL_GUARDED_BY(mutex_) = false;

@@ -8,9 +8,17 @@
 // the client. A per-request error is an Error message; the stream goes on.
 // The stream finishes (OK) after the client half-closes and every reply is
 // written; on server drain it stops reading and finishes (UNAVAILABLE)
-// once its accepted requests are answered.
+// once its accepted requests are answered. A message that does not parse as
+// a NormalizeRequest has no request_id to answer it by: the stream stops
+// reading there and finishes INVALID_ARGUMENT, naming the message's place
+// in the stream, once the requests before it are answered.
+//
+// The method is raw (bytes in and out): gRPC's own parsing would report a
+// malformed message as the end of the stream. A request's bytes are freed
+// as soon as its task is done; its reply is kept, serialized, until written.
 #pragma once
 
+#include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/server_callback.h>
 
 #include "normsvc/v1/normalizer.pb.h"
@@ -22,7 +30,7 @@ class CallbackServerContext;
 
 namespace normsvc::server {
 
-grpc::ServerBidiReactor<v1::NormalizeRequest, v1::NormalizeStreamResponse>* StartNormalizeStream(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartNormalizeStream(
     ServiceContext& service, grpc::CallbackServerContext* context);
 
 }  // namespace normsvc::server

@@ -12,8 +12,8 @@ grpc::ServerUnaryReactor* NormalizerService::Normalize(grpc::CallbackServerConte
   return StartNormalize(context_, context, request, response);
 }
 
-grpc::ServerBidiReactor<v1::NormalizeRequest, v1::NormalizeStreamResponse>*
-NormalizerService::NormalizeStream(grpc::CallbackServerContext* context) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NormalizerService::NormalizeStream(
+    grpc::CallbackServerContext* context) {
   return StartNormalizeStream(context_, context);
 }
 

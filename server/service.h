@@ -8,11 +8,19 @@
 
 namespace normsvc::server {
 
-// The Normalizer service with Normalize as a raw method: its handler gets
-// the request's bytes and writes the response's (normalize_calls.h); the
-// other methods take and return messages.
-using NormalizerCallbackBase =
-    v1::Normalizer::WithRawCallbackMethod_Normalize<v1::Normalizer::CallbackService>;
+// The Normalizer service with Normalize and NormalizeStream as raw methods:
+// their handlers get the requests' bytes and parse them (normalize_calls.h,
+// normalize_stream.h), so a malformed message is answered as one instead of
+// looking like the end of the stream. The other methods take and return
+// messages.
+using NormalizerCallbackBase = v1::Normalizer::WithRawCallbackMethod_Normalize<
+    v1::Normalizer::WithRawCallbackMethod_NormalizeStream<
+        v1::Normalizer::WithCallbackMethod_NormalizeBackward<
+            v1::Normalizer::WithCallbackMethod_RegisterParameters<
+                v1::Normalizer::WithCallbackMethod_DeleteParameters<
+                    v1::Normalizer::WithCallbackMethod_ListParameters<
+                        v1::Normalizer::WithCallbackMethod_GetServerInfo<
+                            v1::Normalizer::Service>>>>>>>;
 
 class NormalizerService final : public NormalizerCallbackBase {
  public:
@@ -22,7 +30,8 @@ class NormalizerService final : public NormalizerCallbackBase {
   grpc::ServerUnaryReactor* Normalize(grpc::CallbackServerContext* context,
                                       const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
-  grpc::ServerBidiReactor<v1::NormalizeRequest, v1::NormalizeStreamResponse>* NormalizeStream(
+  using NormalizerCallbackBase::NormalizeStream;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NormalizeStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* NormalizeBackward(grpc::CallbackServerContext* context,
                                               const v1::NormalizeBackwardRequest* request,

@@ -1,0 +1,85 @@
+// Messages that do not parse, sent to a running server: each is answered as
+// an invalid argument, never taken for the end of a stream or an unknown
+// method, and the server goes on serving.
+#include <algorithm>
+
+#include <gtest/gtest.h>
+
+#include "test_support.h"
+
+namespace normsvc::server::testing {
+namespace {
+
+class MalformedMessagesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = StartServer(TestServerOptions());
+    ASSERT_NE(server_, nullptr);
+    stub_ = Connect(server_->grpc_port());
+  }
+  void TearDown() override {
+    if (server_) EXPECT_TRUE(server_->Stop());
+  }
+  v1::NormalizeRequest Forward(uint64_t id) {
+    v1::NormalizeRequest request;
+    request.set_request_id(id);
+    request.set_op(v1::RMS_NORM);
+    *request.mutable_input() = ToProto(RandomTensor(rng_, DType::kF32, {3, 40}));
+    return request;
+  }
+  // A request whose bytes do not parse on the server: proto3 string fields
+  // must be UTF-8, which protobuf checks when parsing (the client's
+  // serializer only logs it).
+  v1::NormalizeRequest Malformed(uint64_t id) {
+    v1::NormalizeRequest request = Forward(id);
+    request.mutable_parameters()->set_name("caf\xE9");
+    return request;
+  }
+
+  std::mt19937_64 rng_{TestSeed() + 907};
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<v1::Normalizer::Stub> stub_;
+};
+
+// The requests before the malformed one are answered; the stream then ends
+// INVALID_ARGUMENT naming the message, instead of OK with the rest dropped.
+TEST_F(MalformedMessagesTest, StreamEndsInvalidArgumentAtTheMessageThatDoesNotParse) {
+  const v1::NormalizeRequest first = Forward(11), second = Forward(12);
+  auto context = ContextWithDeadline();
+  auto stream = stub_->NormalizeStream(context.get());
+  ASSERT_TRUE(stream->Write(first));
+  ASSERT_TRUE(stream->Write(second));
+  // Writes after the malformed message may or may not be accepted by the
+  // transport; the server reads no further either way.
+  stream->Write(Malformed(13));
+  stream->Write(Forward(14));
+  stream->WritesDone();
+  v1::NormalizeStreamResponse reply;
+  std::vector<uint64_t> answered;
+  while (stream->Read(&reply)) {
+    answered.push_back(reply.request_id());
+    ASSERT_TRUE(reply.has_response()) << reply.error().message();
+    EXPECT_TRUE(CheckForward(reply.request_id() == 11 ? first : second, {}, {}, reply.response()));
+  }
+  std::sort(answered.begin(), answered.end());
+  EXPECT_EQ(answered, (std::vector<uint64_t>{11, 12}));
+  const grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("stream message 3 is not a valid NormalizeRequest"),
+            std::string::npos)
+      << status.error_message();
+
+  // The server goes on: a new stream is served in full.
+  auto next_context = ContextWithDeadline();
+  auto next = stub_->NormalizeStream(next_context.get());
+  const v1::NormalizeRequest third = Forward(15);
+  ASSERT_TRUE(next->Write(third));
+  ASSERT_TRUE(next->WritesDone());
+  ASSERT_TRUE(next->Read(&reply));
+  ASSERT_TRUE(reply.has_response()) << reply.error().message();
+  EXPECT_TRUE(CheckForward(third, {}, {}, reply.response()));
+  EXPECT_TRUE(next->Finish().ok());
+}
+
+}  // namespace
+}  // namespace normsvc::server::testing
