@@ -128,22 +128,45 @@ class Client:
             inline.beta.CopyFrom(to_tensor(beta, dtype))
         return pb.Parameters(inline=inline)
 
-    def normalize_request(self, x, *, op="layernorm", gamma=None, beta=None, params=None,
-                          eps=1e-5, residual=None, return_residual_sum=False,
-                          return_statistics=False, dtype=None, out_dtype=None, request_id=0):
-        """The NormalizeRequest that normalize() sends (also for streams)."""
-        request = pb.NormalizeRequest(request_id=request_id, op=_op(op), epsilon=eps,
+    def _request_template(self, *, op="layernorm", gamma=None, beta=None, params=None, eps=1e-5,
+                          return_residual_sum=False, return_statistics=False, dtype=None,
+                          out_dtype=None):
+        """A NormalizeRequest with everything but the input, residual and id.
+
+        Checks op, dtype, out_dtype and the parameters (ValueError) before
+        anything is sent.
+        """
+        if dtype is not None:
+            dtype = wire_dtype(dtype)
+        request = pb.NormalizeRequest(op=_op(op), epsilon=eps,
                                       return_residual_sum=return_residual_sum,
                                       return_statistics=return_statistics)
-        request.input.CopyFrom(to_tensor(x, dtype))
-        if residual is not None:
-            request.residual.CopyFrom(to_tensor(residual, request.input.dtype))
-        parameters = self._parameters(gamma, beta, params, None if dtype is None else dtype)
+        parameters = self._parameters(gamma, beta, params, dtype)
         if parameters is not None:
             request.parameters.CopyFrom(parameters)
         if out_dtype is not None:
             request.output_dtype = wire_dtype(out_dtype)
         return request
+
+    @staticmethod
+    def _fill_request(template, x, residual, dtype, request_id):
+        request = pb.NormalizeRequest()
+        request.CopyFrom(template)
+        request.request_id = request_id
+        request.input.CopyFrom(to_tensor(x, dtype))
+        if residual is not None:
+            request.residual.CopyFrom(to_tensor(residual, request.input.dtype))
+        return request
+
+    def normalize_request(self, x, *, op="layernorm", gamma=None, beta=None, params=None,
+                          eps=1e-5, residual=None, return_residual_sum=False,
+                          return_statistics=False, dtype=None, out_dtype=None, request_id=0):
+        """The NormalizeRequest that normalize() sends (also for streams)."""
+        template = self._request_template(
+            op=op, gamma=gamma, beta=beta, params=params, eps=eps,
+            return_residual_sum=return_residual_sum, return_statistics=return_statistics,
+            dtype=dtype, out_dtype=out_dtype)
+        return self._fill_request(template, x, residual, dtype, request_id)
 
     @staticmethod
     def _result(response, extras):
@@ -233,28 +256,44 @@ class Client:
         return {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}.get(status,
                                                                                      "UNKNOWN")
 
-    def normalize_stream(self, inputs, *, max_in_flight=64, ordered=True, **kwargs):
+    def normalize_stream(self, inputs, *, max_in_flight=64, ordered=True, timeout=None,
+                         **kwargs):
         """Normalizes each array of `inputs` over one NormalizeStream.
 
-        Yields outputs (or NormalizeResults, as normalize() would return) in
-        input order when ordered=True, else (index, result) pairs in
-        completion order. At most max_in_flight requests are outstanding. A
-        per-request error raises NormsvcError. kwargs: as for normalize().
+        Returns an iterator of outputs (or NormalizeResults, as normalize()
+        would return) in input order when ordered=True, else of (index,
+        result) pairs in completion order. At most max_in_flight (>= 1)
+        requests are outstanding. kwargs: as for normalize(); they are
+        checked here, before the stream starts (ValueError, TypeError).
+        timeout: deadline of the whole stream in seconds (default: the
+        client's). A per-request error, the deadline or a stream that ends
+        without a result for every request raises NormsvcError; an exception
+        raised while reading `inputs` or encoding one of them cancels the
+        stream and is raised again here.
         """
-        extras = kwargs.get("return_residual_sum") or kwargs.get("return_statistics")
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
+            raise TypeError(f"max_in_flight must be an int, not {type(max_in_flight).__name__}")
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1, not {max_in_flight}")
+        unknown = sorted(set(kwargs) - _STREAM_KWARGS)
+        if unknown:
+            raise TypeError(f"normalize_stream() got unexpected keyword arguments {unknown}")
+        residual = kwargs.pop("residual", None)
+        dtype = kwargs.get("dtype")
+        template = self._request_template(**kwargs)
+        if dtype is not None:
+            dtype = wire_dtype(dtype)
+        extras = bool(kwargs.get("return_residual_sum") or kwargs.get("return_statistics"))
+        return self._stream(iter(inputs), template, residual, dtype, extras, max_in_flight,
+                            ordered, self.timeout if timeout is None else timeout)
+
+    def _stream(self, inputs, template, residual, dtype, extras, max_in_flight, ordered,
+                timeout):
         window = threading.Semaphore(max_in_flight)
         done = object()
         requests = queue.Queue()
-
         stopped = threading.Event()
-
-        def produce():
-            for index, x in enumerate(inputs):
-                window.acquire()
-                if stopped.is_set():
-                    break
-                requests.put(self.normalize_request(x, request_id=index, **kwargs))
-            requests.put(done)
+        state = {"sent": 0, "finished": False, "error": None}
 
         def request_iterator():
             while True:
@@ -263,32 +302,76 @@ class Client:
                     return
                 yield item
 
-        producer = threading.Thread(target=produce, daemon=True)
+        responses = self._stub.NormalizeStream(request_iterator(), timeout=timeout)
+
+        def produce():
+            try:
+                for index, x in enumerate(inputs):
+                    window.acquire()
+                    if stopped.is_set():
+                        return
+                    requests.put(self._fill_request(template, x, residual, dtype, index))
+                    state["sent"] = index + 1
+                state["finished"] = True
+            except BaseException as error:  # handed to the caller's thread
+                state["error"] = error
+                responses.cancel()
+            finally:
+                requests.put(done)
+
+        producer = threading.Thread(target=produce, name="normsvc-stream-producer", daemon=True)
         producer.start()
-        responses = self._stub.NormalizeStream(request_iterator())
         pending = {}
+        received = set()
         next_index = 0
         try:
-            for message in responses:
-                window.release()
-                if message.HasField("error"):
-                    raise NormsvcError(grpc.StatusCode(_code_tuple(message.error.code)),
-                                       f"request {message.request_id}: {message.error.message}")
-                result = self._result(message.response, extras)
-                if not ordered:
-                    yield message.request_id, result
-                    continue
-                pending[message.request_id] = result
-                while next_index in pending:
-                    yield pending.pop(next_index)
-                    next_index += 1
-        except grpc.RpcError as error:
-            raise NormsvcError(error.code(), error.details()) from None
+            try:
+                for message in responses:
+                    window.release()
+                    if message.HasField("error"):
+                        raise NormsvcError(grpc.StatusCode(_code_tuple(message.error.code)),
+                                           f"request {message.request_id}: "
+                                           f"{message.error.message}")
+                    index = message.request_id
+                    if index in received:
+                        raise NormsvcError(grpc.StatusCode.INTERNAL,
+                                           f"request {index}: answered twice")
+                    received.add(index)
+                    result = self._result(message.response, extras)
+                    if not ordered:
+                        yield index, result
+                        continue
+                    pending[index] = result
+                    while next_index in pending:
+                        yield pending.pop(next_index)
+                        next_index += 1
+            except grpc.RpcError as error:
+                if state["error"] is not None:
+                    raise state["error"] from None
+                raise NormsvcError(error.code(), error.details()) from None
+            # The server ends the stream once it has read the half-close,
+            # which the producer sends after its last request.
+            producer.join(timeout=5)
+            if state["error"] is not None:
+                raise state["error"]
+            if not state["finished"]:
+                raise NormsvcError(grpc.StatusCode.INTERNAL,
+                                   "the stream ended before every request was sent")
+            unanswered = state["sent"] - len(received & set(range(state["sent"])))
+            if unanswered or len(received) != state["sent"]:
+                raise NormsvcError(grpc.StatusCode.INTERNAL,
+                                   f"the stream ended with {unanswered} of {state['sent']} "
+                                   f"requests unanswered")
         finally:
             stopped.set()
             window.release()  # unblocks a producer waiting for a slot
             responses.cancel()
-            producer.join(timeout=5)
+            requests.put(done)  # ends the request iterator if the producer did not
+            producer.join(timeout=1)  # it may be inside `inputs`; it stops at its next item
+
+
+_STREAM_KWARGS = frozenset({"op", "gamma", "beta", "params", "eps", "residual",
+                            "return_residual_sum", "return_statistics", "dtype", "out_dtype"})
 
 
 def _encode_health_request(service):

@@ -4,6 +4,7 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -25,6 +26,27 @@ def wait_for_port(port, timeout=20.0):
                 return True
         time.sleep(0.02)
     return False
+
+
+def bounded(function, seconds=10.0):
+    """function() in a thread: its result, or its exception raised here; fails
+    the test if it has not returned within `seconds` (instead of hanging)."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = function()
+        except BaseException as error:  # noqa: B902 - handed to the test
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        pytest.fail(f"still running after {seconds} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
 
 
 class Server:

@@ -1,9 +1,13 @@
 """The Python client against a CPU-backend normsvc: every helper's results
 against NumPy float64 computations on fresh random data."""
+import threading
+import time
+
 import numpy as np
 import pytest
 
 import normsvc_client
+from conftest import bounded
 
 
 @pytest.fixture()
@@ -116,3 +120,62 @@ def test_server_info_and_validation_errors(client, rng):
     with pytest.raises(normsvc_client.NormsvcError) as error:
         client.normalize(rng.normal(size=(2, 8)).astype(np.float32), gamma=np.ones(9, np.float32))
     assert error.value.code.name == "INVALID_ARGUMENT"
+
+
+def test_stream_refuses_bad_arguments_before_it_starts(client, rng):
+    """What normalize() would refuse raises from the call itself, promptly."""
+    inputs = [rng.normal(size=(2, 16)).astype(np.float32) for _ in range(3)]
+    for kwargs, error in [({"op": "foo"}, ValueError), ({"dtype": "int8"}, ValueError),
+                          ({"out_dtype": "fp64"}, ValueError), ({"max_in_flight": 0}, ValueError),
+                          ({"max_in_flight": 2.5}, TypeError), ({"gama": inputs[0][0]}, TypeError),
+                          ({"params": "p", "gamma": inputs[0][0]}, ValueError)]:
+        with pytest.raises(error):
+            bounded(lambda: client.normalize_stream(inputs, **kwargs), 5)
+
+
+def test_stream_timeout_is_the_deadline_of_the_stream(client, rng):
+    inputs = [rng.normal(0.5, 2.0, size=(3, 48)).astype(np.float32) for _ in range(6)]
+    outputs = bounded(lambda: list(client.normalize_stream(inputs, op="rmsnorm", timeout=5)), 20)
+    assert len(outputs) == len(inputs)
+    for x, y in zip(inputs, outputs):
+        np.testing.assert_allclose(y, rms_norm64(x, 1.0, 1e-5)[0], rtol=2e-6, atol=2e-6)
+
+    release = threading.Event()
+
+    def stalled():  # one input, then nothing until the test is over
+        yield inputs[0]
+        release.wait(20)
+
+    start = time.monotonic()
+    try:
+        with pytest.raises(normsvc_client.NormsvcError) as error:
+            bounded(lambda: list(client.normalize_stream(stalled(), timeout=0.5)), 10)
+    finally:
+        release.set()
+    assert error.value.code.name == "DEADLINE_EXCEEDED"
+    assert time.monotonic() - start >= 0.45
+
+
+def test_stream_raises_what_failed_while_reading_the_inputs(client, rng):
+    good = rng.normal(size=(2, 32)).astype(np.float32)
+    with pytest.raises(ValueError):  # not a number: refused while encoding the second input
+        bounded(lambda: list(client.normalize_stream([good, np.array([["x", "y"]]), good])), 10)
+
+    def failing():
+        yield good
+        yield good
+        raise RuntimeError("input source failed")
+
+    with pytest.raises(RuntimeError, match="input source failed"):
+        bounded(lambda: list(client.normalize_stream(failing(), max_in_flight=1)), 10)
+
+
+def test_stream_per_request_error_raises(client, rng):
+    g = rng.normal(1.0, 0.3, size=32).astype(np.float32)
+    inputs = [rng.normal(size=(2, 32)).astype(np.float32),
+              rng.normal(size=(2, 24)).astype(np.float32)]  # hidden size 24: gamma does not fit
+    for ordered in (True, False):
+        with pytest.raises(normsvc_client.NormsvcError) as error:
+            bounded(lambda: list(client.normalize_stream(inputs, gamma=g, ordered=ordered)), 10)
+        assert error.value.code.name == "INVALID_ARGUMENT"
+        assert error.value.details.startswith("request 1:")
