@@ -186,9 +186,12 @@ class Client:
 
         Returns the output array, or a NormalizeResult(output, residual_sum,
         mean, rstd) when return_residual_sum or return_statistics is set.
-        dtype: wire dtype of x (default from x: float16 -> fp16, else fp32;
-        "bf16" rounds x to bf16). gamma/beta are sent inline in x's wire
-        dtype, or params names a registered set.
+        dtype: wire dtype of x ("fp32", "fp16", "bf16", a NumPy float dtype
+        or a pb.DType value; default from x: float16 -> fp16, else fp32;
+        "bf16" rounds x to bf16); x must hold real numbers (floating point
+        or integer), else ValueError. gamma/beta are sent inline (in dtype
+        when it is given, else float16 as fp16 and anything else as fp32),
+        or params names a registered set.
         """
         request = self.normalize_request(
             x, op=op, gamma=gamma, beta=beta, params=params, eps=eps, residual=residual,

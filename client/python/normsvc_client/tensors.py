@@ -14,11 +14,20 @@ _DTYPE_NAMES = {"fp32": pb.FP32, "float32": pb.FP32, "fp16": pb.FP16, "float16":
 
 
 def wire_dtype(name):
-    """pb.DType for "fp32" / "fp16" / "bf16" (or an enum value passed through)."""
-    if isinstance(name, int):
-        return name
+    """pb.DType for "fp32" / "fp16" / "bf16", a NumPy float32 / float16 dtype,
+    or one of the enum values pb.FP32, pb.FP16, pb.BF16 passed through."""
+    if isinstance(name, (int, np.integer)) and not isinstance(name, (bool, np.bool_)):
+        if int(name) in (pb.FP32, pb.FP16, pb.BF16):
+            return int(name)
+        raise ValueError(f"unknown dtype {name!r}; use fp32, fp16 or bf16")
+    key = name
+    if not isinstance(name, str):
+        try:
+            key = np.dtype(name).name
+        except TypeError:
+            key = str(name)
     try:
-        return _DTYPE_NAMES[str(name).lower()]
+        return _DTYPE_NAMES[str(key).lower()]
     except KeyError:
         raise ValueError(f"unknown dtype {name!r}; use fp32, fp16 or bf16") from None
 
@@ -45,9 +54,13 @@ def to_tensor(array, dtype=None):
     """A Tensor of `array` (C order), converted to `dtype` when given.
 
     Without dtype: float32 -> FP32, float16 -> FP16, ml_dtypes.bfloat16 ->
-    BF16, other floating types -> FP32.
+    BF16, other floating and integer types -> FP32. Complex, boolean,
+    string and object arrays raise ValueError (nothing is sent).
     """
     array = np.asarray(array)
+    if array.dtype.kind not in "fiu" and not _is_ml_bfloat16(array):
+        raise ValueError(f"cannot send an array of {array.dtype}: give real numbers "
+                         "(floating point or integer)")
     if array.ndim == 0:
         array = array.reshape(1)
     if dtype is None:

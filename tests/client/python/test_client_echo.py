@@ -111,3 +111,14 @@ def test_normctl_reads_and_writes_numpy_files(echo_server, tmp_path, rng):
         else:
             assert y.dtype == np.float32
             np.testing.assert_array_equal(y, x)
+
+
+def test_numpy_dtypes_name_the_wire_dtype(client, rng):
+    x = rng.normal(0.0, 3.0, size=(3, 40)).astype(np.float64)
+    yh = client.normalize(x, dtype=np.float16)
+    assert yh.dtype == np.float16
+    np.testing.assert_array_equal(yh, x.astype(np.float16))
+    y = client.normalize(x, dtype=np.dtype("float32"), out_dtype="fp32")
+    np.testing.assert_array_equal(y, x.astype(np.float32))
+    with pytest.raises(ValueError):
+        client.normalize(x, dtype=np.int8)

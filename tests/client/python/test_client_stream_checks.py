@@ -1,6 +1,7 @@
 """normalize_stream against an in-process stand-in server on loopback that
 answers NormalizeStream wrongly (a result missing, one twice, an unknown
-id): every stream must end in NormsvcError, never in fewer results."""
+id): every stream must end in NormsvcError, never in fewer results. Also the
+client-side dtype checks, which refuse before anything is sent."""
 from concurrent import futures
 
 import grpc
@@ -9,6 +10,7 @@ import pytest
 
 import normsvc_client
 from conftest import bounded
+from normsvc_client import tensors
 from normsvc_client._stubs import pb, pb_grpc
 
 
@@ -80,3 +82,25 @@ def test_a_stream_missing_results_raises(stand_in, inputs, mode, message, ordere
     assert message in error.value.details
     assert servicer.received - before == len(inputs)
 
+
+def test_wire_dtype_names_and_values():
+    assert tensors.wire_dtype("bf16") == pb.BF16
+    assert tensors.wire_dtype(np.float16) == pb.FP16
+    assert tensors.wire_dtype(np.dtype("float32")) == pb.FP32
+    assert tensors.wire_dtype(pb.FP16) == pb.FP16
+    for bad in ("int8", np.int8, 0, 7, True, pb.DTYPE_UNSPECIFIED):
+        with pytest.raises(ValueError):
+            tensors.wire_dtype(bad)
+
+
+def test_arrays_that_are_not_real_numbers_are_refused(stand_in):
+    servicer, client = stand_in
+    for bad in (np.array([[1 + 2j, 3 - 1j]]), np.array([[True, False]]),
+                np.array([["1.5", "2"]]), np.array([[object(), object()]])):
+        with pytest.raises(ValueError):
+            tensors.to_tensor(bad)
+        with pytest.raises(ValueError):
+            client.normalize(bad)
+    ints = np.array([[3, -1, 4]], dtype=np.int64)
+    np.testing.assert_array_equal(normsvc_client.from_tensor(tensors.to_tensor(ints)),
+                                  np.array([[3.0, -1.0, 4.0]]))
