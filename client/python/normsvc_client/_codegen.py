@@ -26,13 +26,41 @@ def stubs_are_current(proto_root):
     return _is_current(os.path.join(PACKAGE_DIR, "_generated"), proto_root)
 
 
+def installed_grpcio_tools():
+    """The installed grpcio-tools version, or None."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("grpcio-tools")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def generated_grpc_version(generated_dir):
+    """GRPC_GENERATED_VERSION of the stubs in generated_dir (the grpcio-tools
+    version that wrote them, and the oldest grpcio they load with), or None."""
+    path = os.path.join(generated_dir, "normsvc", "v1", "normalizer_pb2_grpc.py")
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("GRPC_GENERATED_VERSION = "):
+                    return line.split("=", 1)[1].strip().strip("'\"")
+    except OSError:
+        pass
+    return None
+
+
 def _is_current(generated_dir, proto_root):
     generated = os.path.join(generated_dir, "normsvc", "v1", "normalizer_pb2_grpc.py")
     if not os.path.isfile(generated):
         return False
     if proto_root is None:
         return True
-    return os.path.getmtime(generated) >= os.path.getmtime(os.path.join(proto_root, PROTO_RELATIVE))
+    if os.path.getmtime(generated) < os.path.getmtime(os.path.join(proto_root, PROTO_RELATIVE)):
+        return False
+    # Stubs of another grpcio-tools may require another grpcio: write them again.
+    tools = installed_grpcio_tools()
+    return tools is None or generated_grpc_version(generated_dir) == tools
 
 
 def generate(proto_root, out_root):
