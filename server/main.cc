@@ -15,6 +15,7 @@
 
 #include "absl/synchronization/mutex.h"
 
+#include "server/build_info.h"
 #include "server/gpu_backend.h"
 #include "server/log.h"
 #include "server/options.h"
@@ -64,7 +65,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command_line->action == CommandLine::Action::kVersion) {
-    std::printf("normsvc %s (git %s, cuda %s)\n", NORMSVC_VERSION, NORMSVC_GIT_COMMIT,
+    std::printf("normsvc %s (git %s, cuda %s)\n", NORMSVC_VERSION, GitCommit(),
                 CudaRuntimeVersion().c_str());
     return 0;
   }

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/auth.h"
 #include "server/auth_services.h"
+#include "server/build_info.h"
 #include "server/control_queue.h"
 #include "server/cpu_executor.h"
 #include "server/drain_gate.h"
@@ -67,7 +68,7 @@ v1::GetServerInfoResponse MakeServerInfo(const ServerOptions& o, const std::stri
                                          ExecutorPool& pool) {
   v1::GetServerInfoResponse info;
   info.set_version(NORMSVC_VERSION);
-  info.set_git_commit(NORMSVC_GIT_COMMIT);
+  info.set_git_commit(GitCommit());
   info.set_backend(backend);
   int64_t device_buffer_bytes = 0;
   for (int i = 0; i < pool.size(); ++i) {
@@ -225,7 +226,7 @@ absl::Status Server::CreateExecutors() {
       pci_bus_ids.push_back(executor->device().pci_bus_id);
   }
   metrics_ = std::make_unique<ServiceMetrics>(
-      labels, BuildInfo{NORMSVC_VERSION, NORMSVC_GIT_COMMIT, CudaRuntimeVersion(), backend_});
+      labels, BuildInfo{NORMSVC_VERSION, GitCommit(), CudaRuntimeVersion(), backend_});
   for (size_t i = 0; i < executors.size(); ++i) {
     metrics_->device(static_cast<int>(i))
         .copy_bandwidth->Set(executors[i]->device().copy_bandwidth_bytes_per_second);

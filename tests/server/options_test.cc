@@ -1,4 +1,4 @@
-// Flags and NORMSVC_* environment variables (server-interface.md), and the
+// Flags and NORMSVC_* environment variables (the flag table in README.md), and the
 // host facts automatic values are resolved by (usable CPUs).
 #include "server/options.h"
 
@@ -6,6 +6,7 @@
 #include <map>
 #include <thread>
 
+#include "server/build_info.h"
 #include "server/usable_cpus.h"
 
 #include <gtest/gtest.h>
@@ -206,6 +207,16 @@ TEST(OptionsTest, CgroupCpuLimitsAreReadAsWholeCpus) {
   const int usable = UsableCpus();
   EXPECT_GE(usable, 1);
   EXPECT_LE(usable, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+}
+
+// The build writes the commit at every build (server/git_commit.cmake); the
+// tests always build inside the checkout, so it is known.
+TEST(BuildInfoTest, GitCommitIsTheCheckoutsShortHash) {
+  const std::string commit = GitCommit();
+  const std::string hash = commit.substr(0, commit.find('-'));
+  EXPECT_EQ(hash.size(), 12u) << commit;
+  EXPECT_EQ(hash.find_first_not_of("0123456789abcdef"), std::string::npos) << commit;
+  EXPECT_TRUE(commit.size() == 12 || commit.substr(12) == "-dirty") << commit;
 }
 
 }  // namespace
