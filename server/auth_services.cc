@@ -132,11 +132,10 @@ NORMSVC_AUTHENTICATED_KSERVE_UNARY(ModelStatistics)
 NORMSVC_AUTHENTICATED_KSERVE_UNARY(ModelInfer)
 #undef NORMSVC_AUTHENTICATED_KSERVE_UNARY
 
-grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-AuthenticatedKserve::ModelStreamInfer(grpc::CallbackServerContext* context) {
-  if (auto* refused =
-          guard_.RefuseStream<inference::ModelInferRequest, inference::ModelStreamInferResponse>(
-              context, Method::kModelStreamInfer)) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AuthenticatedKserve::ModelStreamInfer(
+    grpc::CallbackServerContext* context) {
+  if (auto* refused = guard_.RefuseStream<grpc::ByteBuffer, grpc::ByteBuffer>(
+          context, Method::kModelStreamInfer)) {
     return refused;
   }
   return inner_.ModelStreamInfer(context);

@@ -20,12 +20,12 @@
 #include "inference/grpc_service.grpc.pb.h"
 #include "normsvc/v1/normalizer.grpc.pb.h"
 #include "server/auth.h"
+#include "server/kserve_service.h"
 #include "server/metrics.h"
 #include "server/service.h"
 
 namespace normsvc::server {
 
-class KserveService;
 class NormalizerService;
 
 // The check and the refusal, shared by both wrappers.
@@ -85,7 +85,7 @@ class AuthenticatedNormalizer final : public NormalizerCallbackBase {
   CallGuard& guard_;
 };
 
-class AuthenticatedKserve final : public inference::GRPCInferenceService::CallbackService {
+class AuthenticatedKserve final : public KserveCallbackBase {
  public:
   AuthenticatedKserve(KserveService& inner, CallGuard& guard) : inner_(inner), guard_(guard) {}
 
@@ -113,8 +113,9 @@ class AuthenticatedKserve final : public inference::GRPCInferenceService::Callba
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
-  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+  using KserveCallbackBase::ModelStreamInfer;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(
+      grpc::CallbackServerContext* context) override;
 
  private:
   KserveService& inner_;

@@ -98,8 +98,8 @@ grpc::ServerUnaryReactor* KserveService::ModelInfer(grpc::CallbackServerContext*
   return StartKserveModelInfer(context_, statistics_, context, request, response);
 }
 
-grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-KserveService::ModelStreamInfer(grpc::CallbackServerContext* context) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* KserveService::ModelStreamInfer(
+    grpc::CallbackServerContext* context) {
   return StartKserveModelStreamInfer(context_, statistics_, streams_, context);
 }
 

@@ -14,7 +14,22 @@
 
 namespace normsvc::server {
 
-class KserveService final : public inference::GRPCInferenceService::CallbackService {
+// The protocol's service with ModelStreamInfer as a raw method: its reactor
+// gets each message's bytes and parses them (kserve_stream.h), so that a
+// malformed message is answered as one instead of looking like the end of
+// the stream. The other methods take and return messages.
+using KserveCallbackBase = inference::GRPCInferenceService::WithCallbackMethod_ServerLive<
+    inference::GRPCInferenceService::WithCallbackMethod_ServerReady<
+        inference::GRPCInferenceService::WithCallbackMethod_ModelReady<
+            inference::GRPCInferenceService::WithCallbackMethod_ServerMetadata<
+                inference::GRPCInferenceService::WithCallbackMethod_ModelMetadata<
+                    inference::GRPCInferenceService::WithCallbackMethod_ModelInfer<
+                        inference::GRPCInferenceService::WithRawCallbackMethod_ModelStreamInfer<
+                            inference::GRPCInferenceService::WithCallbackMethod_ModelConfig<
+                                inference::GRPCInferenceService::WithCallbackMethod_ModelStatistics<
+                                    inference::GRPCInferenceService::Service>>>>>>>>>;
+
+class KserveService final : public KserveCallbackBase {
  public:
   explicit KserveService(ServiceContext& context) : context_(context) {}
 
@@ -42,8 +57,9 @@ class KserveService final : public inference::GRPCInferenceService::CallbackServ
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
-  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+  using KserveCallbackBase::ModelStreamInfer;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(
+      grpc::CallbackServerContext* context) override;
 
   // Part of the server's drain: open ModelStreamInfer streams finish
   // (UNAVAILABLE) now if idle, else after their reply.

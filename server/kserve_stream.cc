@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/server_context.h>
 
 #include "absl/strings/str_cat.h"
@@ -11,8 +12,7 @@
 
 namespace normsvc::server {
 
-using StreamReactor =
-    grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>;
+using StreamReactor = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
 
 // At most one stream operation is outstanding (a read, the run, or a
 // write); `phase_` says which. The drain may come from another thread at
@@ -23,7 +23,9 @@ using StreamReactor =
 class KserveStreamCall final : public StreamReactor, public KserveInference, public DrainableCall {
  public:
   KserveStreamCall(ServiceContext& service, KserveStatistics& statistics, CallRegistry& registry)
-      : KserveInference(service, statistics, Method::kModelStreamInfer), registry_(registry) {}
+      : KserveInference(service, statistics, Method::kModelStreamInfer),
+        metrics_(*service.metrics),
+        registry_(registry) {}
 
   void Begin() {
     started_.store(true, std::memory_order_release);  // see started_
@@ -50,6 +52,15 @@ class KserveStreamCall final : public StreamReactor, public KserveInference, pub
     }
     if (!ok) return Finish(grpc::Status::OK);  // half-closed (or cancelled)
     reply_.Clear();
+    ++messages_read_;
+    request_.Clear();
+    if (!grpc::SerializationTraits<inference::ModelInferRequest>::Deserialize(&received_, &request_)
+             .ok()) {
+      request_.Clear();  // what parsed before the fault: echoed, it could fail the reply too
+      RecordMalformed();
+      return OnInferenceDone(absl::InvalidArgumentError(
+          absl::StrCat("stream message ", messages_read_, " is not a valid ModelInferRequest")));
+    }
     RunInference(&request_, reply_.mutable_infer_response(), absl::InfiniteFuture());
   }
 
@@ -88,7 +99,7 @@ class KserveStreamCall final : public StreamReactor, public KserveInference, pub
       generation = ++read_generation_;
       phase_ = Phase::kIssuingRead;
     }
-    StartRead(&request_);
+    StartRead(&received_);
     bool finish_now = false;
     {
       absl::MutexLock lock(&mutex_);
@@ -111,9 +122,26 @@ class KserveStreamCall final : public StreamReactor, public KserveInference, pub
       reply_.mutable_infer_response()->set_model_name(request_.model_name());
       reply_.mutable_infer_response()->set_id(request_.id());
     }
-    StartWrite(&reply_);
+    bool own_buffer = false;
+    reply_bytes_.Clear();
+    if (!grpc::SerializationTraits<inference::ModelStreamInferResponse>::Serialize(
+             reply_, &reply_bytes_, &own_buffer)
+             .ok()) {
+      reply_.Clear();
+      reply_.set_error_message("INTERNAL: the reply could not be serialized");
+      grpc::SerializationTraits<inference::ModelStreamInferResponse>::Serialize(
+          reply_, &reply_bytes_, &own_buffer);
+    }
+    StartWrite(&reply_bytes_);
   }
 
+  // A message that did not parse: counted as a request refused at the edge.
+  void RecordMalformed() {
+    metrics_.RecordRequest(Method::kModelStreamInfer, std::nullopt, std::nullopt,
+                           absl::StatusCode::kInvalidArgument, 0, 0.0);
+  }
+
+  ServiceMetrics& metrics_;
   CallRegistry& registry_;
   // The handler thread releases this object (its mutex included) to gRPC's
   // threads, which acquire it in each reaction. gRPC orders the two in its
@@ -121,8 +149,11 @@ class KserveStreamCall final : public StreamReactor, public KserveInference, pub
   // sees it (without it, the first lock of mutex_ on a gRPC thread was
   // reported against the allocation).
   std::atomic<bool> started_{false};
+  grpc::ByteBuffer received_;  // the message as read; parsed into request_
   inference::ModelInferRequest request_;
   inference::ModelStreamInferResponse reply_;
+  grpc::ByteBuffer reply_bytes_;  // reply_, serialized, as written
+  int64_t messages_read_ = 0;     // on the stream's one operation at a time
   absl::Mutex mutex_;
   Phase phase_ ABSL_GUARDED_BY(mutex_) = Phase::kIssuingRead;
   uint64_t read_generation_ ABSL_GUARDED_BY(mutex_) = 0;

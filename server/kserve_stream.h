@@ -4,9 +4,14 @@
 // answered with error_message and the stream goes on; the stream ends OK
 // after the client half-closes. When the server drains, a stream waiting
 // for a request ends at once and a busy one after its reply, both with
-// UNAVAILABLE.
+// UNAVAILABLE. A message that does not parse as a ModelInferRequest is
+// answered in its place in the order with error_message "INVALID_ARGUMENT:
+// stream message N ..." and the stream goes on: the method is raw (bytes in
+// and out), since gRPC's own parsing would report such a message as the end
+// of the stream.
 #pragma once
 
+#include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/server_callback.h>
 
 #include "inference/grpc_service.pb.h"
@@ -20,8 +25,8 @@ class CallbackServerContext;
 
 namespace normsvc::server {
 
-grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-StartKserveModelStreamInfer(ServiceContext& service, KserveStatistics& statistics,
-                            CallRegistry& registry, grpc::CallbackServerContext* context);
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartKserveModelStreamInfer(
+    ServiceContext& service, KserveStatistics& statistics, CallRegistry& registry,
+    grpc::CallbackServerContext* context);
 
 }  // namespace normsvc::server

@@ -287,6 +287,40 @@ TEST_F(KserveServiceTest, StreamAnswersInOrderAndStatisticsCountExactly) {
   EXPECT_EQ(all.model_stats(1).execution_count(), 3u);
 }
 
+// A message that does not parse is answered in its place in the order, as
+// INVALID_ARGUMENT, and the stream goes on (gRPC's own parsing would have
+// ended the stream there, OK, with the later requests unanswered).
+TEST_F(KserveServiceTest, StreamAnswersAMalformedMessageInItsPlaceAndGoesOn) {
+  grpc::ClientContext context;
+  auto stream = stub_->ModelStreamInfer(&context);
+  std::vector<ForwardRequest> sent;
+  for (int i = 0; i < 3; ++i) {
+    ForwardCase c;
+    c.op = NormOp::kRmsNorm;
+    c.shape = {i + 2, 24};
+    sent.push_back(MakeForwardRequest(rng_, c, i));
+    inference::ModelInferRequest request = ToKserve("rmsnorm", sent.back().request);
+    // proto3 strings must be UTF-8; protobuf checks it when parsing.
+    if (i == 1) request.set_model_name("rmsnorm\xE9");
+    ASSERT_TRUE(stream->Write(request));
+  }
+  stream->WritesDone();
+  inference::ModelStreamInferResponse reply;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(stream->Read(&reply)) << i;
+    if (i == 1) {
+      EXPECT_EQ(reply.error_message(),
+                "INVALID_ARGUMENT: stream message 2 is not a valid ModelInferRequest");
+      continue;
+    }
+    EXPECT_EQ(reply.infer_response().id(), "id-" + std::to_string(i));
+    EXPECT_TRUE(reply.error_message().empty()) << reply.error_message();
+    EXPECT_TRUE(CheckForward(sent[i].request, {}, {}, FromKserve(reply.infer_response())));
+  }
+  EXPECT_FALSE(stream->Read(&reply));
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
 TEST(KserveBatchingTest, RequestsSharingALaunchCountOneExecutionOfTheirSize) {
   // A launch closes at 12 rows (the delay is far longer than the test):
   // three layernorm requests and one rmsnorm request of 3 rows each.
