@@ -1,5 +1,6 @@
 // Builds the request variants of each kind and, when verifying, the CPU
 // reference's answer to each (PrepareWorkload in workload.h).
+#include <cmath>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -100,6 +101,26 @@ absl::Status ExpectBackward(const RequestKind& kind, const v1::NormalizeBackward
   expected->output = Decode(dx, kind.dtype);
   expected->grad_gamma = dgamma;
   if (kind.op == v1::LAYER_NORM) expected->grad_beta = dbeta;
+  // The scales of the reductions, from the inputs as sent, in double.
+  const std::vector<float> x = Decode(request.input().data(), kind.dtype);
+  const std::vector<float> dy = Decode(request.grad_output().data(), kind.dtype);
+  expected->grad_gamma_scale.assign(kind.hidden, 0.0);
+  expected->grad_beta_scale.assign(kind.hidden, 0.0);
+  for (int64_t row = 0; row < kind.rows; ++row) {
+    const float* xr = &x[row * kind.hidden];
+    const float* dyr = &dy[row * kind.hidden];
+    double mean = 0, square = 0;
+    if (kind.op == v1::LAYER_NORM) {
+      for (int64_t i = 0; i < kind.hidden; ++i) mean += xr[i];
+      mean /= static_cast<double>(kind.hidden);
+    }
+    for (int64_t i = 0; i < kind.hidden; ++i) square += (xr[i] - mean) * (xr[i] - mean);
+    const double rstd = 1.0 / std::sqrt(square / static_cast<double>(kind.hidden) + kind.epsilon);
+    for (int64_t i = 0; i < kind.hidden; ++i) {
+      expected->grad_gamma_scale[i] += std::fabs(dyr[i] * (xr[i] - mean) * rstd);
+      expected->grad_beta_scale[i] += std::fabs(dyr[i]);
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -6,7 +6,10 @@
 // (about two units in the last place of the 16-bit formats: the server
 // accumulates in fp32, the reference in double, and both round once).
 // Statistics (fp32) use the fp32 bound; grad_gamma/grad_beta, sums over all
-// rows, use 1e-3 x rows absolute plus 1e-3 relative.
+// rows, the fp32 bound plus 2e-4 x the column's sum of the terms' magnitudes
+// (|dy * xhat|, |dy|): a fp32 sum's rounding grows so, while leaving out or
+// repeating a row moves the sum by a whole term. Every tensor's dtype, shape
+// and size are checked too.
 #pragma once
 
 #include <string>

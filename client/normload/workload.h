@@ -61,6 +61,10 @@ struct Expected {
   std::vector<float> rstd;          // forward stats
   std::vector<float> grad_gamma;    // backward
   std::vector<float> grad_beta;     // backward, LayerNorm
+  // Per column, the sums over rows of the terms' magnitudes: |dy * xhat|
+  // for grad_gamma, |dy| for grad_beta (their rounding error scales so).
+  std::vector<double> grad_gamma_scale;
+  std::vector<double> grad_beta_scale;
 };
 
 struct Variant {
