@@ -19,7 +19,8 @@ absl::StatusOr<client::ChannelOptions> ChannelOptionsFromArgs(Args& args) {
   options.tls_key_file = args.GetString("tls_key_file");
   options.tls_server_name_override = args.GetString("tls_server_name");
   options.auth_token_file = args.GetString("auth_token_file");
-  options.use_tls = *tls || !options.tls_ca_file.empty() || !options.tls_cert_file.empty();
+  options.use_tls = *tls || !options.tls_ca_file.empty() || !options.tls_cert_file.empty() ||
+                    !options.tls_key_file.empty();
   return options;
 }
 

@@ -23,6 +23,10 @@ int RunBackward(cli::Args& args, const Session& session) {
     return LocalExitCode(
         absl::InvalidArgumentError("--in x.npy, --grad dy.npy and --dx_out dx.npy are required"));
   }
+  if (*op == v1::RMS_NORM && (!dbeta_out.empty() || args.Has("mean"))) {
+    return LocalExitCode(absl::InvalidArgumentError(
+        "--dbeta_out and --mean are for layernorm (rmsnorm has neither)"));
+  }
   if (absl::Status status =
           ParametersFromFlags(args, /*allow_beta=*/false, request.mutable_parameters());
       !status.ok()) {
@@ -49,26 +53,9 @@ int RunBackward(cli::Args& args, const Session& session) {
   absl::StatusOr<v1::NormalizeBackwardResponse> response =
       session.client->NormalizeBackward(request, session.call);
   if (!response.ok()) return ReportRpcError(response.status());
-  struct Item {
-    const std::string& path;
-    bool present;
-    const v1::Tensor& tensor;
-  };
-  const Item items[] = {{dx_out, response->has_grad_input(), response->grad_input()},
-                        {dgamma_out, response->has_grad_gamma(), response->grad_gamma()},
-                        {dbeta_out, response->has_grad_beta(), response->grad_beta()}};
-  for (const Item& item : items) {
-    if (item.path.empty()) continue;
-    if (!item.present) {
-      std::fprintf(stderr, "normctl: the server's reply has no tensor for %s\n", item.path.c_str());
-      return kExitInternal;
-    }
-    if (absl::Status status = WriteTensorFile(item.path, item.tensor); !status.ok()) {
-      return LocalExitCode(status);
-    }
-    std::printf("wrote %s: %s\n", item.path.c_str(), DescribeTensor(item.tensor).c_str());
-  }
-  return kExitOk;
+  return WriteOutputFiles({{dx_out, response->has_grad_input(), response->grad_input()},
+                           {dgamma_out, response->has_grad_gamma(), response->grad_gamma()},
+                           {dbeta_out, response->has_grad_beta(), response->grad_beta()}});
 }
 
 }  // namespace normsvc::normctl

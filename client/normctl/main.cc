@@ -28,15 +28,18 @@ commands:
       --eps E                  epsilon (default 1e-5)
       --residual r.npy         add r to x before normalizing (fused residual)
       --residual_sum_out s.npy write x + r (needs --residual)
-      --mean_out m.npy  --rstd_out r.npy   per-row statistics (fp32)
+      --mean_out m.npy  --rstd_out r.npy   per-row statistics (fp32; 0-d for a
+                               1-D input; --mean_out is layernorm only)
       --stream                 send over NormalizeStream, one request per
-                               --chunk_rows rows (default 1024), reassembled in order
+                               --chunk_rows rows (default 1024; only with --stream),
+                               reassembled in order
   backward    gradients of a forward pass
       --op layernorm|rmsnorm  --in x.npy  --grad dy.npy   (required)
       --dx_out dx.npy          (required)
-      --dgamma_out dg.npy  --dbeta_out db.npy   (fp32, [H])
+      --dgamma_out dg.npy  --dbeta_out db.npy   (fp32, [H]; --dbeta_out: layernorm only)
       --gamma g.npy | --params NAME   --eps E   --dtype as for normalize
-      --mean m.npy  --rstd r.npy     saved statistics (default: recomputed)
+      --mean m.npy  --rstd r.npy     saved statistics (default: recomputed; --mean:
+                               layernorm only)
   params register --name NAME [--gamma g.npy] [--beta b.npy] [--dtype D] [--replace]
   params delete --name NAME
   params list [--json]
@@ -44,8 +47,11 @@ commands:
   health [--service NAME]   grpc.health.v1 check; prints SERVING or why not
 
 common flags:
-  --timeout_ms MS           deadline of each call (default 30000)
+  --timeout_ms MS           deadline of each call (default 30000; at least 1)
   --wait_for_ready          wait for the server to come up instead of failing fast
+  Boolean flags are --name or --name=true|false ("--stream false" is refused:
+  no command but params takes a further word). Flags that cannot go together
+  are refused before any call, and no output file is written unless all are.
 %s
 tensors (.npy, little-endian, C order):
   fp32 = '<f4', fp16 = '<f2', float64 '<f8' is accepted and sent as fp32.
@@ -88,7 +94,18 @@ int Main(int argc, char** argv) {
   absl::StatusOr<int64_t> timeout_ms = args.GetInt("timeout_ms", 30000);
   absl::StatusOr<bool> wait_for_ready = args.GetBool("wait_for_ready", false);
   if (!timeout_ms.ok()) return ReportError(kExitUsage, timeout_ms.status());
+  if (*timeout_ms < 1) {
+    return ReportError(kExitUsage, absl::InvalidArgumentError("--timeout_ms must be >= 1"));
+  }
   if (!wait_for_ready.ok()) return ReportError(kExitUsage, wait_for_ready.status());
+  // Only `params` takes a word after the command (register|delete|list); any
+  // other word is a mistake, e.g. "--stream false" (write --stream=false).
+  const size_t words = command == "params" ? 1 : 0;
+  if (args.positional().size() > words) {
+    return ReportError(kExitUsage, absl::InvalidArgumentError(absl::StrCat(
+                                       "unexpected argument '", args.positional()[words],
+                                       "' (boolean flags take --name=true|false)")));
+  }
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = client::MakeChannel(*channel_options);
   if (!channel.ok()) return ReportError(kExitUsage, channel.status());
   client::NormalizerClient client(*channel);

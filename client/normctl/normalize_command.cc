@@ -47,8 +47,7 @@ absl::StatusOr<v1::NormalizeResponse> Reassemble(
   auto set_shape = [&](v1::Tensor* tensor, bool with_hidden) {
     tensor->clear_shape();
     const int dims = input.shape_size() - (with_hidden ? 0 : 1);
-    for (int i = 0; i < dims; ++i) tensor->add_shape(input.shape(i));
-    if (tensor->shape_size() == 0) tensor->add_shape(1);
+    for (int i = 0; i < dims; ++i) tensor->add_shape(input.shape(i));  // 1-D input: scalars
   };
   set_shape(whole.mutable_output(), true);
   if (whole.has_residual_sum()) set_shape(whole.mutable_residual_sum(), true);
@@ -63,7 +62,8 @@ absl::StatusOr<v1::NormalizeResponse> NormalizeOverStream(const v1::NormalizeReq
   absl::StatusOr<client::RowsAndHidden> dims = client::GetRowsAndHidden(request.input());
   if (!dims.ok()) return dims.status();
   std::vector<v1::NormalizeRequest> chunks;
-  for (int64_t first = 0; first < dims->rows; first += chunk_rows) {
+  // No rows: one empty chunk, so the server still says what it returns.
+  for (int64_t first = 0; first < std::max<int64_t>(dims->rows, 1); first += chunk_rows) {
     const int64_t count = std::min(chunk_rows, dims->rows - first);
     v1::NormalizeRequest& chunk = chunks.emplace_back(request);
     chunk.set_request_id(chunks.size() - 1);
@@ -89,31 +89,6 @@ absl::StatusOr<v1::NormalizeResponse> NormalizeOverStream(const v1::NormalizeReq
         absl::StrCat("stream answered ", by_id.size(), " of ", chunks.size(), " chunks"));
   }
   return Reassemble(request.input(), by_id);
-}
-
-int WriteOutputs(const v1::NormalizeResponse& response, const Outputs& outputs) {
-  struct Item {
-    const std::string& path;
-    bool present;
-    const v1::Tensor& tensor;
-  };
-  const Item items[] = {
-      {outputs.out, response.has_output(), response.output()},
-      {outputs.residual_sum_out, response.has_residual_sum(), response.residual_sum()},
-      {outputs.mean_out, response.has_mean(), response.mean()},
-      {outputs.rstd_out, response.has_rstd(), response.rstd()}};
-  for (const Item& item : items) {
-    if (item.path.empty()) continue;
-    if (!item.present) {
-      std::fprintf(stderr, "normctl: the server's reply has no tensor for %s\n", item.path.c_str());
-      return kExitInternal;
-    }
-    if (absl::Status status = WriteTensorFile(item.path, item.tensor); !status.ok()) {
-      return LocalExitCode(status);
-    }
-    std::printf("wrote %s: %s\n", item.path.c_str(), DescribeTensor(item.tensor).c_str());
-  }
-  return kExitOk;
 }
 
 }  // namespace
@@ -146,6 +121,13 @@ int RunNormalize(cli::Args& args, const Session& session) {
   if (!args.Has("in") || outputs.out.empty()) {
     return LocalExitCode(absl::InvalidArgumentError("--in x.npy and --out y.npy are required"));
   }
+  if (*op == v1::RMS_NORM && !outputs.mean_out.empty()) {
+    return LocalExitCode(absl::InvalidArgumentError(
+        "--mean_out is for layernorm (rmsnorm has no mean; --rstd_out works for both)"));
+  }
+  if (args.Has("chunk_rows") && !*stream) {
+    return LocalExitCode(absl::InvalidArgumentError("--chunk_rows needs --stream"));
+  }
   request.set_return_statistics(!outputs.mean_out.empty() || !outputs.rstd_out.empty());
   if (!outputs.residual_sum_out.empty()) {
     if (!args.Has("residual")) {
@@ -174,7 +156,11 @@ int RunNormalize(cli::Args& args, const Session& session) {
       *stream ? NormalizeOverStream(request, *chunk_rows, session)
               : session.client->Normalize(request, session.call);
   if (!response.ok()) return ReportRpcError(response.status());
-  return WriteOutputs(*response, outputs);
+  return WriteOutputFiles(
+      {{outputs.out, response->has_output(), response->output()},
+       {outputs.residual_sum_out, response->has_residual_sum(), response->residual_sum()},
+       {outputs.mean_out, response->has_mean(), response->mean()},
+       {outputs.rstd_out, response->has_rstd(), response->rstd()}});
 }
 
 }  // namespace normsvc::normctl

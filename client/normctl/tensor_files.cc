@@ -1,6 +1,7 @@
 #include "tensor_files.h"
 
 #include <cstdio>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -27,15 +28,29 @@ absl::StatusOr<std::optional<v1::Tensor>> ReadTensorFlag(cli::Args& args, const 
   return std::optional<v1::Tensor>(*std::move(tensor));
 }
 
-absl::Status WriteTensorFile(const std::string& path, const v1::Tensor& tensor) {
-  absl::StatusOr<client::NpyArray> array = client::TensorToNpy(tensor);
-  if (!array.ok()) {
-    return absl::DataLossError(absl::StrCat("server returned a malformed tensor for ", path, ": ",
-                                            array.status().message()));
+int WriteOutputFiles(std::initializer_list<OutputFile> files) {
+  std::vector<client::NpyArray> arrays;
+  for (const OutputFile& file : files) {
+    if (file.path.empty()) continue;
+    if (!file.present) {
+      std::fprintf(stderr, "normctl: the server's reply has no tensor for %s\n", file.path.c_str());
+      return kExitInternal;
+    }
+    absl::StatusOr<client::NpyArray> array = client::TensorToNpy(file.tensor);
+    if (!array.ok()) {
+      return LocalExitCode(absl::DataLossError(absl::StrCat(
+          "server returned a malformed tensor for ", file.path, ": ", array.status().message())));
+    }
+    arrays.push_back(*std::move(array));
   }
-  absl::Status written = client::WriteNpyFile(path, *array);
-  if (!written.ok()) return absl::DataLossError(written.message());
-  return absl::OkStatus();
+  size_t next = 0;
+  for (const OutputFile& file : files) {
+    if (file.path.empty()) continue;
+    absl::Status written = client::WriteNpyFile(file.path, arrays[next++]);
+    if (!written.ok()) return LocalExitCode(absl::DataLossError(written.message()));
+    std::printf("wrote %s: %s\n", file.path.c_str(), DescribeTensor(file.tensor).c_str());
+  }
+  return kExitOk;
 }
 
 absl::StatusOr<std::optional<v1::DType>> DTypeFlag(cli::Args& args, const std::string& flag) {

@@ -4,6 +4,7 @@
 // flag problems as kInvalidArgument (exit code 2); LocalExitCode maps them.
 #pragma once
 
+#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -17,7 +18,17 @@ namespace normsvc::normctl {
 // given; nullopt when the flag is absent. Errors name the flag and file.
 absl::StatusOr<std::optional<v1::Tensor>> ReadTensorFlag(cli::Args& args, const std::string& flag,
                                                          std::optional<v1::DType> convert_to);
-absl::Status WriteTensorFile(const std::string& path, const v1::Tensor& tensor);
+
+// Writes the response tensors asked for (empty path: not asked), after
+// checking that every one of them is present and well formed, so a failure
+// leaves no file half of the outputs behind. Prints "wrote PATH: ..." per
+// file; returns the exit code.
+struct OutputFile {
+  const std::string& path;
+  bool present;
+  const v1::Tensor& tensor;
+};
+int WriteOutputFiles(std::initializer_list<OutputFile> files);
 
 // --`flag` as a dtype (nullopt when absent); error on an unknown name.
 absl::StatusOr<std::optional<v1::DType>> DTypeFlag(cli::Args& args, const std::string& flag);

@@ -55,7 +55,17 @@ absl::StatusOr<v1::Tensor> NpyToTensor(const NpyArray& array, std::optional<v1::
 }
 
 absl::StatusOr<NpyArray> TensorToNpy(const v1::Tensor& tensor) {
-  if (absl::Status status = ValidateTensor(tensor); !status.ok()) return status;
+  // A tensor without dimensions is a scalar (e.g. the mean of a 1-D input):
+  // one element, written as a 0-d array.
+  v1::Tensor checked_shape;
+  const v1::Tensor* checked = &tensor;
+  if (tensor.shape_size() == 0) {
+    checked_shape.set_dtype(tensor.dtype());
+    checked_shape.add_shape(1);
+    checked_shape.set_data(tensor.data());
+    checked = &checked_shape;
+  }
+  if (absl::Status status = ValidateTensor(*checked); !status.ok()) return status;
   NpyArray array;
   switch (tensor.dtype()) {
     case v1::FP16:

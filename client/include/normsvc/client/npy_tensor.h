@@ -15,7 +15,8 @@ namespace normsvc::client {
 // (round to nearest even). A 0-d array becomes a tensor of shape [1].
 absl::StatusOr<v1::Tensor> NpyToTensor(const NpyArray& array,
                                        std::optional<v1::DType> convert_to = std::nullopt);
-// The tensor as an array of the matching .npy dtype (bytes copied as is).
+// The tensor as an array of the matching .npy dtype (bytes copied as is); a
+// tensor without dimensions holds one element and becomes a 0-d array.
 absl::StatusOr<NpyArray> TensorToNpy(const v1::Tensor& tensor);
 
 }  // namespace normsvc::client

@@ -1,0 +1,143 @@
+// normctl against a CPU-backend normsvc on loopback: scalar statistics of a
+// 1-D input, empty inputs over a stream, and flag combinations refused
+// before any call (and before any file is written).
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "normsvc/client/npy.h"
+#include "normsvc_server.h"
+#include "tool_runner.h"
+
+namespace normsvc::testing {
+namespace {
+
+class NormctlServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    server_ = new NormsvcServer(*dir_, "normsvc");
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete dir_;
+  }
+  void SetUp() override { ASSERT_TRUE(server_->ready()) << server_->Log(); }
+  static std::vector<std::string> Normctl(std::vector<std::string> args) {
+    args.insert(args.begin(), kNormctl);
+    args.push_back("--target=" + server_->target());
+    args.push_back("--wait_for_ready");
+    return args;
+  }
+  static double Calls() { return server_->RequestsTotal({"method=\"Normalize"}); }
+
+  static TempDir* dir_;
+  static NormsvcServer* server_;
+  std::mt19937 rng_{std::random_device{}()};
+};
+TempDir* NormctlServerTest::dir_ = nullptr;
+NormsvcServer* NormctlServerTest::server_ = nullptr;
+
+client::NpyArray Load(const std::string& path) {
+  absl::StatusOr<client::NpyArray> array = client::ReadNpyFile(path);
+  EXPECT_TRUE(array.ok()) << array.status();
+  return array.ok() ? *array : client::NpyArray{};
+}
+
+float Float(const client::NpyArray& array, size_t i) {
+  float value = 0;
+  std::memcpy(&value, array.data.data() + 4 * i, 4);
+  return value;
+}
+
+// A vector [H] is one row: its mean and rstd are scalars (0-d .npy), over
+// Normalize and over NormalizeStream alike.
+TEST_F(NormctlServerTest, OneDimensionalInputGivesScalarStatistics) {
+  constexpr int kHidden = 96;
+  const std::vector<float> x = WriteRandomNpy(dir_->File("v.npy"), {kHidden}, rng_);
+  double mean = 0, square = 0;
+  for (float value : x) mean += value / double{kHidden};
+  for (float value : x) square += (value - mean) * (value - mean) / kHidden;
+  const double rstd = 1.0 / std::sqrt(square + 1e-5);
+  for (const char* transport : {"--stream=false", "--stream"}) {
+    SCOPED_TRACE(transport);
+    const CommandResult run =
+        RunCommand(Normctl({"normalize", "--op=layernorm", "--in=" + dir_->File("v.npy"), transport,
+                            "--out=" + dir_->File("vy.npy"), "--mean_out=" + dir_->File("vm.npy"),
+                            "--rstd_out=" + dir_->File("vr.npy")}));
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    const client::NpyArray y = Load(dir_->File("vy.npy"));
+    const client::NpyArray m = Load(dir_->File("vm.npy"));
+    const client::NpyArray r = Load(dir_->File("vr.npy"));
+    EXPECT_EQ(y.shape, (std::vector<int64_t>{kHidden}));
+    EXPECT_TRUE(m.shape.empty());
+    EXPECT_TRUE(r.shape.empty());
+    ASSERT_EQ(m.data.size(), 4u);
+    ASSERT_EQ(r.data.size(), 4u);
+    EXPECT_NEAR(Float(m, 0), mean, 1e-5 * std::max(1.0, std::fabs(mean)));
+    EXPECT_NEAR(Float(r, 0), rstd, 1e-5 * rstd);
+    EXPECT_NEAR(Float(y, 5), (x[5] - mean) * rstd, 1e-5 * std::max(1.0, std::fabs(double{x[5]})));
+  }
+}
+
+// No rows: the stream answers as Normalize does, an empty [0, H] output.
+TEST_F(NormctlServerTest, StreamWithNoRowsWritesAnEmptyOutput) {
+  client::NpyArray empty;
+  empty.dtype = client::NpyDType::kFloat16;
+  empty.shape = {0, 32};
+  ASSERT_TRUE(client::WriteNpyFile(dir_->File("e.npy"), empty).ok());
+  for (const char* transport : {"--stream=false", "--stream"}) {
+    SCOPED_TRACE(transport);
+    std::remove(dir_->File("ey.npy").c_str());
+    const CommandResult run =
+        RunCommand(Normctl({"normalize", "--op=rmsnorm", "--in=" + dir_->File("e.npy"), transport,
+                            "--out_dtype=fp32", "--out=" + dir_->File("ey.npy")}));
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    const client::NpyArray y = Load(dir_->File("ey.npy"));
+    EXPECT_EQ(y.dtype, client::NpyDType::kFloat32);
+    EXPECT_EQ(y.shape, (std::vector<int64_t>{0, 32}));
+  }
+}
+
+// Combinations the server cannot answer are usage errors (exit 2) found
+// before the call: no request reaches the server and no file is written.
+TEST_F(NormctlServerTest, ImpossibleOutputsAreRefusedBeforeTheCall) {
+  WriteRandomNpy(dir_->File("x.npy"), {4, 32}, rng_);
+  WriteRandomNpy(dir_->File("dy.npy"), {4, 32}, rng_);
+  const double calls = Calls();
+  const std::string y = dir_->File("never.npy");
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"normalize", "--op=rmsnorm", "--mean_out=" + y},
+        {"normalize", "--op=layernorm", "--chunk_rows=2"},
+        {"normalize", "--op=layernorm", "--stream", "false"},
+        {"normalize", "--op=layernorm", "extra"},
+        {"normalize", "--op=layernorm", "--timeout_ms=0"},
+        {"normalize", "--op=layernorm", "--timeout_ms=-5"},
+        {"backward", "--op=rmsnorm", "--grad=" + dir_->File("dy.npy"), "--dx_out=" + y,
+         "--dbeta_out=" + y}}) {
+    std::remove(y.c_str());
+    args.push_back("--in=" + dir_->File("x.npy"));
+    if (args[0] == "normalize") args.push_back("--out=" + y);
+    const CommandResult run = RunCommand(Normctl(args));
+    EXPECT_EQ(run.exit_code, 2) << args[2] << " " << args.back() << ": " << run.err;
+    EXPECT_FALSE(std::ifstream(y).good()) << args[2];
+  }
+  EXPECT_EQ(Calls(), calls);
+}
+
+// --help: "--tls (also implied by any --tls_* file flag)". A key file alone
+// asks for TLS, which needs the certificate too: a usage error, not a
+// plaintext call.
+TEST_F(NormctlServerTest, TlsKeyFileAloneImpliesTls) {
+  WriteRandomNpy(dir_->File("key.pem"), {4}, rng_);
+  const CommandResult run =
+      RunCommand(Normctl({"info", "--tls_key_file=" + dir_->File("key.pem")}));
+  EXPECT_EQ(run.exit_code, 2) << run.out << run.err;
+  EXPECT_NE(run.err.find("certificate"), std::string::npos) << run.err;
+  EXPECT_EQ(RunCommand(Normctl({"info"})).exit_code, 0);
+}
+
+}  // namespace
+}  // namespace normsvc::testing
