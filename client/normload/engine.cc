@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "load_slot.h"
 #include "normsvc/v1/normalizer.grpc.pb.h"
@@ -55,7 +56,7 @@ class Engine : public StreamSink {
   EngineOptions options_;
   const std::vector<PreparedKind>& kinds_;
   std::vector<std::unique_ptr<v1::Normalizer::Stub>> stubs_;
-  std::vector<std::unique_ptr<StreamConnection>> streams_;
+  std::unique_ptr<StreamPool> streams_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<int> kind_table_;  // 4096 entries, kinds by weight
   std::vector<std::unique_ptr<SenderState>> senders_;
@@ -68,6 +69,8 @@ class Engine : public StreamSink {
   std::atomic<int> retired_{0};
   std::atomic<int64_t> max_lag_ns_{0};
   std::atomic<uint64_t> late_sends_{0};
+  std::atomic<uint64_t> not_sent_{0};
+  std::atomic<int64_t> last_measured_done_ns_{0};  // since begin_
   std::mutex note_mutex_;
   std::string first_verify_failure_, first_error_;
   std::mutex deferred_mutex_;
@@ -108,11 +111,9 @@ Engine::Engine(const EngineOptions& options, const std::vector<PreparedKind>& ki
   bool any_stream = false;
   for (const PreparedKind& kind : kinds_) any_stream |= kind.kind.transport == Transport::kStream;
   if (any_stream) {
-    for (auto& stub : stubs_) {
-      for (int s = 0; s < std::max(1, options_.streams_per_channel); ++s) {
-        streams_.push_back(std::make_unique<StreamConnection>(this, stub.get()));
-      }
-    }
+    std::vector<v1::Normalizer::Stub*> stubs;
+    for (auto& stub : stubs_) stubs.push_back(stub.get());
+    streams_ = std::make_unique<StreamPool>(this, stubs, std::max(1, options_.streams_per_channel));
   }
 }
 
@@ -141,11 +142,10 @@ void Engine::Start(Slot* slot) {
     }
     slot->stream_request.set_request_id(static_cast<uint64_t>(slot->index));
     const int per_channel = std::max(1, options_.streams_per_channel);
-    StreamConnection* stream = streams_[slot->channel * per_channel +
-                                        slot->index / static_cast<int>(stubs_.size()) % per_channel]
-                                   .get();
+    const int stream =
+        slot->channel * per_channel + slot->index / static_cast<int>(stubs_.size()) % per_channel;
     slot->handoff.fetch_add(1, std::memory_order_release);  // see Slot::handoff
-    if (!stream->Send(slot)) {
+    if (!streams_->Send(stream, slot, /*may_reopen=*/Clock::now() < end_)) {
       Complete(slot, kMethodNormalizeStream, grpc::StatusCode::UNAVAILABLE, "stream ended", 0, "");
       // A broken stream takes its slots out of the loop instead of spinning.
       in_flight_.fetch_sub(1);
@@ -232,11 +232,8 @@ void Engine::OnStreamEnded(StreamConnection* stream, const grpc::Status& status)
     Complete(slot.get(), kMethodNormalizeStream, code,
              status.ok() ? "stream ended before answering" : status.error_message(), 0, "");
     in_flight_.fetch_sub(1);
-    if (options_.mode == LoopMode::kClosed) {
-      retired_.fetch_add(1);
-    } else {
-      AfterCompletion(slot.get());
-    }
+    // The slot goes on: its next request reopens the stream (StreamPool).
+    AfterCompletion(slot.get());
   }
 }
 
@@ -244,6 +241,12 @@ void Engine::Complete(Slot* slot, int method, grpc::StatusCode code, const std::
                       uint64_t bytes_received, const std::string& verify_error) {
   PhaseCounters& phase = slot->measured ? measured_ : warmup_;
   const Clock::time_point now = Clock::now();
+  if (slot->measured) {
+    const int64_t done = std::chrono::duration_cast<std::chrono::nanoseconds>(now - begin_).count();
+    int64_t seen = last_measured_done_ns_.load(std::memory_order_relaxed);
+    while (done > seen && !last_measured_done_ns_.compare_exchange_weak(seen, done)) {
+    }
+  }
   if (code == grpc::StatusCode::OK) {
     const uint64_t nanos =
         std::chrono::duration_cast<std::chrono::nanoseconds>(now - slot->start).count();
@@ -276,7 +279,10 @@ void Engine::Complete(Slot* slot, int method, grpc::StatusCode code, const std::
     phase.method_errors[method].fetch_add(1, std::memory_order_relaxed);
     interval_errors_.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(note_mutex_);
-    if (first_error_.empty()) first_error_ = absl::StrCat("code ", index, ": ", message);
+    if (first_error_.empty()) {
+      first_error_ = absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(index)),
+                                  ": ", message);
+    }
   }
 }
 
@@ -313,9 +319,12 @@ void Engine::SenderLoop(int index) {
   SenderState& sender = *senders_[index];
   std::mt19937_64 rng(options_.seed * 1000003 + index);
   std::exponential_distribution<double> gap(options_.rate / senders_.size());
+  auto advance = [&](Clock::time_point& at) {
+    at += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(rng)));
+  };
   Clock::time_point next = begin_;
   while (true) {
-    next += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(rng)));
+    advance(next);
     if (next >= end_) break;
     Clock::time_point now = Clock::now();
     if (next - now > std::chrono::microseconds(150)) {
@@ -324,10 +333,23 @@ void Engine::SenderLoop(int index) {
     while (Clock::now() < next) std::this_thread::yield();
     Slot* slot = nullptr;
     {
+      // With every slot in flight the send waits, but never past the window:
+      // arrivals still unsent then are counted as not sent.
       std::unique_lock<std::mutex> lock(sender.mutex);
-      sender.cv.wait(lock, [&] { return !sender.free.empty(); });
-      slot = sender.free.back();
-      sender.free.pop_back();
+      if (sender.cv.wait_until(lock, end_, [&] { return !sender.free.empty(); })) {
+        slot = sender.free.back();
+        sender.free.pop_back();
+      }
+    }
+    if (slot == nullptr || Clock::now() >= end_) {
+      if (slot != nullptr) {
+        std::lock_guard<std::mutex> lock(sender.mutex);
+        sender.free.push_back(slot);
+      }
+      for (; next < end_; advance(next)) {
+        if (next >= measure_start_) not_sent_.fetch_add(1, std::memory_order_relaxed);
+      }
+      break;
     }
     const int64_t lag =
         std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - next).count();
@@ -350,10 +372,12 @@ void Engine::PrintProgress(double elapsed_s) {
   const uint64_t ok = interval_ok_.exchange(0);
   const uint64_t errors = interval_errors_.exchange(0);
   const double warmup = options_.warmup_s;
+  const char* phase = elapsed_s <= warmup + 1e-3                         ? "warm-up"
+                      : elapsed_s <= warmup + options_.duration_s + 1e-3 ? "measure"
+                                                                         : "drain";
   std::fprintf(
       stderr, "[%6.1fs] %-7s %9llu req/s  p50 %8.3f ms  p99 %8.3f ms  errors %llu  in flight %d\n",
-      elapsed_s, elapsed_s <= warmup + 1e-3 ? "warm-up" : "measure",
-      static_cast<unsigned long long>(ok), latency.Percentile(0.5) / 1e6,
+      elapsed_s, phase, static_cast<unsigned long long>(ok), latency.Percentile(0.5) / 1e6,
       latency.Percentile(0.99) / 1e6, static_cast<unsigned long long>(errors), in_flight_.load());
 }
 
@@ -371,7 +395,7 @@ RunResult Engine::Run() {
       senders.emplace_back([this, s] { SenderLoop(static_cast<int>(s)); });
   }
   Clock::time_point next_progress = begin_ + std::chrono::seconds(1);
-  while (Clock::now() < end_) {
+  auto tick = [&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     ServiceDeferred();
     const Clock::time_point now = Clock::now();
@@ -379,31 +403,33 @@ RunResult Engine::Run() {
       if (options_.progress) PrintProgress(std::chrono::duration<double>(now - begin_).count());
       next_progress += std::chrono::seconds(1);
     }
-  }
+  };
+  while (Clock::now() < end_) tick();
   for (std::thread& sender : senders) sender.join();
   // Drain: unary calls end by their deadline; streams are cancelled after it.
   const Clock::time_point give_up =
       Clock::now() + std::chrono::milliseconds(options_.deadline_ms) + std::chrono::seconds(2);
-  while (!Drained() && Clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    ServiceDeferred();
-  }
+  while (!Drained() && Clock::now() < give_up) tick();
   RunResult result;
   if (!Drained()) {
     result.abandoned = options_.mode == LoopMode::kClosed
                            ? slots_.size() - static_cast<size_t>(retired_.load())
                            : static_cast<size_t>(in_flight_.load());
-    for (auto& stream : streams_) stream->Cancel();
-    while (!Drained()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      ServiceDeferred();
-    }
+    if (streams_) streams_->CancelAll();
+    while (!Drained()) tick();
   }
-  for (auto& stream : streams_) stream->Close(std::chrono::milliseconds(2000));
-  streams_.clear();
+  if (streams_) {
+    streams_->CloseAll(std::chrono::milliseconds(2000));
+    result.streams_reopened = streams_->reopened();
+    result.streams_lost = streams_->lost();
+  }
   result.warmup = warmup_.Take();
   result.measured = measured_.Take();
-  result.measured_seconds = options_.duration_s;
+  // Requests sent in the window are counted when they complete, so the
+  // window's real length runs to the last of them.
+  const double last_done_s = last_measured_done_ns_.load() / 1e9 - options_.warmup_s;
+  result.measured_seconds = std::max(options_.duration_s, last_done_s);
+  result.not_sent = not_sent_.load();
   result.max_send_lag_s = max_lag_ns_.load() / 1e9;
   result.late_sends = late_sends_.load();
   result.first_verify_failure = first_verify_failure_;

@@ -72,12 +72,19 @@ struct PhaseResult {
 struct RunResult {
   PhaseResult warmup;
   PhaseResult measured;
-  double measured_seconds = 0;  // length of the measurement window
-  double max_send_lag_s = 0;    // open loop: worst lateness of an actual send
-  uint64_t late_sends = 0;      // open loop: sends more than 1 ms behind schedule
-  uint64_t abandoned = 0;       // requests cancelled after the drain timeout
+  // From the window's start to the later of its end and the last answer to
+  // a request sent in it: rates divide by this.
+  double measured_seconds = 0;
+  double max_send_lag_s = 0;  // open loop: worst lateness of an actual send
+  uint64_t late_sends = 0;    // open loop: sends more than 1 ms behind schedule
+  // Open loop: arrivals scheduled in the measurement window never sent,
+  // because every slot (--max_in_flight) was busy until the window closed.
+  uint64_t not_sent = 0;
+  uint64_t streams_reopened = 0;  // NormalizeStream calls replaced after they ended
+  uint64_t streams_lost = 0;      // streams that ended and could not be replaced
+  uint64_t abandoned = 0;         // requests cancelled after the drain timeout
   std::string first_verify_failure;
-  std::string first_error;  // "CODE: message" of the first failed request
+  std::string first_error;  // "CODE_NAME: message" of the first failed request
 };
 
 // Runs one load: warm-up, measurement, then waits for every request in

@@ -7,8 +7,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include <grpcpp/client_context.h>
 #include <grpcpp/support/client_callback.h>
@@ -138,6 +140,8 @@ class StreamConnection
     }
   }
   void Cancel() { context_.TryCancel(); }
+  // True once a response has come back on this stream.
+  bool answered() const { return answered_.load(std::memory_order_relaxed); }
 
   void OnWriteDone(bool ok) override {
     bool release = false;
@@ -188,6 +192,41 @@ class StreamConnection
   bool broken_ = false;
   bool hold_released_ = false;
   bool done_ = false;
+  std::atomic<bool> answered_{false};
+};
+
+// The engine's NormalizeStream calls, `per_channel` on each stub. A stream
+// that has ended (the server closed it, e.g. at --max_connection_age_ms, or
+// the connection broke) is replaced by a new call on the same channel when a
+// request is sent to it, as long as the run allows it; after
+// kMaxFailedReopens replacements in a row that answered nothing, that
+// stream stays closed and its requests fail.
+class StreamPool {
+ public:
+  static constexpr int kMaxFailedReopens = 3;
+
+  StreamPool(StreamSink* sink, const std::vector<v1::Normalizer::Stub*>& stubs, int per_channel);
+  ~StreamPool();
+
+  // Queues the slot on stream `index`, replacing an ended stream first when
+  // `may_reopen`. False when no open stream took it.
+  bool Send(int index, Slot* slot, bool may_reopen);
+  void CancelAll();
+  // Closes every stream ever opened (StreamConnection::Close).
+  void CloseAll(std::chrono::milliseconds cancel_after);
+  uint64_t reopened() const { return reopened_.load(); }
+  // Streams that ended and could not be replaced (run shortened for them).
+  uint64_t lost() const { return lost_.load(); }
+
+ private:
+  StreamSink* sink_;
+  std::vector<v1::Normalizer::Stub*> stubs_;  // one per stream index
+  std::vector<std::atomic<StreamConnection*>> current_;
+  std::mutex mutex_;  // guards all_, failed_reopens_, given_up_
+  std::vector<std::unique_ptr<StreamConnection>> all_;
+  std::vector<int> failed_reopens_;
+  std::vector<bool> given_up_;
+  std::atomic<uint64_t> reopened_{0}, lost_{0};
 };
 
 }  // namespace normsvc::normload

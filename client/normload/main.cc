@@ -1,6 +1,8 @@
 // normload: load generator for normsvc (and for the echo baseline). See kUsage.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -28,12 +30,16 @@ usage: normload [flags]
 load:
   --concurrency N         closed loop: N requests in flight (default 64)
   --rate R                open loop instead: Poisson arrivals at R requests/s;
-                          latency counts from each request's scheduled time
+                          latency counts from each request's scheduled time;
+                          sending stops when the window closes, and arrivals
+                          never sent (all slots busy) are reported as not sent
   --max_in_flight N       open loop: cap on requests in flight (default 4096)
   --sender_threads N      open loop: threads scheduling arrivals (default 2)
   --channels M            gRPC channels, each with its own connection (default 4);
                           a comma-separated --target spreads them over servers
-  --streams_per_channel S NormalizeStream calls per channel for transport=stream kinds (default 1)
+  --streams_per_channel S NormalizeStream calls per channel for transport=stream kinds (default 1);
+                          a stream the server ends is reopened (not after 3 in a
+                          row that answered nothing)
   --warmup_s S            warm-up before measuring (default 2)
   --duration_s S          measurement (default 10)
   --deadline_ms MS        deadline of each unary call (default 10000)
@@ -48,20 +54,29 @@ requests:
   --seed N                random seed (default: time)
   --verify                check every response against the CPU reference
                           (against the input itself for the echo server)
+  --max_error_rate F      failed requests tolerated, as a fraction of all sent
+                          (default 0: any failed request fails the run)
   --echo                  the target is the echo server (normsvc_echo); also
                           detected from GetServerInfo's backend "echo"
 output:
-  --json FILE             results as JSON ("-" = stdout); schema in client/normload/report.h
+  --json FILE             results as JSON ("-" = stdout, and the text report goes
+                          to stderr); schema in client/normload/report.h
   --quiet                 no progress line each second
 sweep:
   --sweep concurrency=1,4,16,64 | rate=1000,5000,20000
                           one run per value (each with warm-up and duration)
-  --csv FILE              sweep results as CSV
+  --csv FILE              sweep results as CSV (needs --sweep)
   --plot FILE.png         p99 latency against throughput (gnuplot, or matplotlib via
-                          $NORMSVC_PLOT_PYTHON / python3)
+                          $NORMSVC_PLOT_PYTHON / python3; needs --sweep)
 %s
+With several comma-separated --target values, params=registered sets are
+registered on (and deleted from) every target that gets a channel.
+
 exit codes: 0 success; 1 setup failed (server unreachable, parameters not
-registered, output not written); 2 usage error; 3 responses failed verification.
+registered, output not written); 2 usage error; 3 --verify: a response failed
+verification or none was verified; 4 requests failed beyond --max_error_rate,
+requests were abandoned after the deadline, or a stream ended and could not be
+reopened.
 )";
 
 struct Flags {
@@ -75,6 +90,9 @@ struct Flags {
   std::string sweep;
   std::string csv_path;
   std::string plot_path;
+  double max_error_rate = 0;
+  std::string swept;           // "", "concurrency" or "rate"
+  std::vector<double> values;  // of the swept setting
 };
 
 int Usage(const absl::Status& status) {
@@ -104,7 +122,8 @@ absl::Status ReadFlags(cli::Args& args, Flags* flags) {
         get_int("streams_per_channel", 1, &e.streams_per_channel),
         get_int("deadline_ms", 10000, &e.deadline_ms), get_int("variants", 4, &flags->variants),
         get_int("seed", static_cast<int64_t>(std::time(nullptr)), &e.seed),
-        get_double("warmup_s", 2, &e.warmup_s), get_double("duration_s", 10, &e.duration_s)}) {
+        get_double("warmup_s", 2, &e.warmup_s), get_double("duration_s", 10, &e.duration_s),
+        get_double("max_error_rate", 0, &flags->max_error_rate)}) {
     if (!status.ok()) return status;
   }
   if (args.Has("rate")) {
@@ -135,7 +154,107 @@ absl::Status ReadFlags(cli::Args& args, Flags* flags) {
   if (!flags->mix.empty() && !flags->scenario.empty()) {
     return absl::InvalidArgumentError("give --mix or --scenario, not both");
   }
+  if (!(flags->max_error_rate >= 0 && flags->max_error_rate <= 1)) {
+    return absl::InvalidArgumentError("--max_error_rate must be in [0, 1]");
+  }
+  if (flags->sweep.empty()) {
+    if (!flags->csv_path.empty()) return absl::InvalidArgumentError("--csv needs --sweep");
+    if (!flags->plot_path.empty()) return absl::InvalidArgumentError("--plot needs --sweep");
+    return absl::OkStatus();
+  }
+  std::vector<std::string> parts = absl::StrSplit(flags->sweep, absl::MaxSplits('=', 1));
+  if (parts.size() != 2 || (parts[0] != "concurrency" && parts[0] != "rate")) {
+    return absl::InvalidArgumentError("--sweep wants concurrency=V,V,... or rate=V,V,...");
+  }
+  flags->swept = parts[0];
+  for (absl::string_view text : absl::StrSplit(parts[1], ',', absl::SkipEmpty())) {
+    double value = 0;
+    if (!absl::SimpleAtod(text, &value) || !(value > 0) ||
+        (flags->swept == "concurrency" && (value != std::floor(value) || value > 1e6))) {
+      return absl::InvalidArgumentError(absl::StrCat("bad --sweep value '", text, "'"));
+    }
+    flags->values.push_back(value);
+  }
+  if (flags->values.empty()) return absl::InvalidArgumentError("--sweep has no values");
   return absl::OkStatus();
+}
+
+// Registered parameter sets, deleted from every server they went to when
+// this goes out of scope (every exit path once registration began).
+class Registrations {
+ public:
+  Registrations(std::vector<std::shared_ptr<grpc::Channel>> channels,
+                std::vector<std::string> targets, client::CallOptions options)
+      : targets_(std::move(targets)), options_(options) {
+    for (auto& channel : channels) clients_.emplace_back(std::move(channel));
+  }
+  ~Registrations() {
+    for (const auto& [server, name] : registered_) {
+      absl::Status status = clients_[server].DeleteParameters(name, options_);
+      if (!status.ok()) {
+        std::fprintf(stderr, "normload: DeleteParameters %s on %s: %s\n", name.c_str(),
+                     targets_[server].c_str(), status.ToString().c_str());
+      }
+    }
+  }
+  // Registers the kinds' sets on every server; false (after printing why)
+  // when one refused.
+  bool Register(const std::vector<PreparedKind>& kinds) {
+    for (const PreparedKind& kind : kinds) {
+      if (kind.registered_name.empty()) continue;
+      for (size_t server = 0; server < clients_.size(); ++server) {
+        absl::StatusOr<v1::RegisterParametersResponse> response =
+            clients_[server].RegisterParameters(kind.registration, options_);
+        if (!response.ok()) {
+          std::fprintf(stderr, "normload: RegisterParameters %s on %s: %s\n",
+                       kind.registered_name.c_str(), targets_[server].c_str(),
+                       response.status().ToString().c_str());
+          return false;
+        }
+        registered_.emplace_back(server, kind.registered_name);
+      }
+    }
+    return true;
+  }
+
+ private:
+  std::vector<client::NormalizerClient> clients_;
+  std::vector<std::string> targets_;
+  client::CallOptions options_;
+  std::vector<std::pair<size_t, std::string>> registered_;
+};
+
+// The exit code a finished run earns (kUsage's "exit codes").
+int RunExitCode(const Flags& flags, const RunResult& result) {
+  const PhaseResult& m = result.measured;
+  const PhaseResult& w = result.warmup;
+  if (flags.engine.verify) {
+    if (m.verify_failures + w.verify_failures > 0) return 3;
+    if (m.verified + w.verified == 0) {
+      std::fprintf(stderr, "normload: --verify: no response was verified\n");
+      return 3;
+    }
+  }
+  const uint64_t errors = m.errors + w.errors;
+  const uint64_t sent = errors + m.ok + w.ok;
+  if (errors > 0 &&
+      static_cast<double>(errors) > flags.max_error_rate * static_cast<double>(sent)) {
+    std::fprintf(stderr, "normload: %llu of %llu requests failed (--max_error_rate %g)\n",
+                 static_cast<unsigned long long>(errors), static_cast<unsigned long long>(sent),
+                 flags.max_error_rate);
+    return 4;
+  }
+  if (result.abandoned > 0) {
+    std::fprintf(stderr, "normload: %llu requests abandoned\n",
+                 static_cast<unsigned long long>(result.abandoned));
+    return 4;
+  }
+  if (result.streams_lost > 0) {
+    std::fprintf(stderr, "normload: %llu stream(s) ended and could not be reopened\n",
+                 static_cast<unsigned long long>(result.streams_lost));
+    return 4;
+  }
+  return 0;
 }
 
 bool WriteFile(const std::string& path, const std::string& text) {
@@ -213,38 +332,18 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::vector<PreparedKind>> prepared = PrepareWorkload(*kinds, workload);
   if (!prepared.ok()) return Usage(prepared.status());
   description.kinds = &*prepared;
-  std::vector<std::string> registered;
-  if (!flags.engine.echo) {
-    for (const PreparedKind& kind : *prepared) {
-      if (kind.registered_name.empty()) continue;
-      absl::StatusOr<v1::RegisterParametersResponse> response =
-          probe.RegisterParameters(kind.registration, probe_options);
-      if (!response.ok()) {
-        std::fprintf(stderr, "normload: RegisterParameters %s: %s\n", kind.registered_name.c_str(),
-                     response.status().ToString().c_str());
-        return 1;
-      }
-      registered.push_back(kind.registered_name);
-    }
-  }
+  // One channel to each target that has one (channel i goes to target
+  // i % targets): parameter sets must be on every server the load reaches.
+  std::vector<std::shared_ptr<grpc::Channel>> per_target(
+      channels.begin(), channels.begin() + std::min(channels.size(), targets.size()));
+  Registrations registrations(per_target, targets, probe_options);
+  if (!flags.engine.echo && !registrations.Register(*prepared)) return 1;
 
   // One run, or a sweep of runs.
-  std::string swept;
-  std::vector<double> values;
-  if (!flags.sweep.empty()) {
-    std::vector<std::string> parts = absl::StrSplit(flags.sweep, absl::MaxSplits('=', 1));
-    if (parts.size() != 2 || (parts[0] != "concurrency" && parts[0] != "rate")) {
-      return Usage(absl::InvalidArgumentError("--sweep wants concurrency=V,V,... or rate=V,V,..."));
-    }
-    swept = parts[0];
-    for (absl::string_view text : absl::StrSplit(parts[1], ',', absl::SkipEmpty())) {
-      double value = 0;
-      if (!absl::SimpleAtod(text, &value) || !(value > 0)) {
-        return Usage(absl::InvalidArgumentError("bad --sweep value"));
-      }
-      values.push_back(value);
-    }
-  }
+  const std::string& swept = flags.swept;
+  const std::vector<double>& values = flags.values;
+  // With the JSON on stdout, the text report goes to stderr.
+  std::FILE* report = flags.json_path == "-" ? stderr : stdout;
   int exit_code = 0;
   std::vector<std::string> runs_json;
   std::string csv = swept.empty() ? "" : SweepCsvHeader(swept);
@@ -261,19 +360,14 @@ int Main(int argc, char** argv) {
     if (!swept.empty())
       std::fprintf(stderr, "normload: sweep point %s=%g\n", swept.c_str(), values[i]);
     const RunResult result = RunLoad(description.engine, *prepared, channels);
-    PrintReport(stdout, description, result);
-    std::fflush(stdout);
+    PrintReport(report, description, result);
+    std::fflush(report);
     runs_json.push_back(RunToJson(description, result));
     if (!swept.empty()) csv += SweepCsvRow(values[i], result);
-    if (result.measured.verify_failures + result.warmup.verify_failures > 0) exit_code = 3;
+    const int run_exit = RunExitCode(flags, result);
+    if (run_exit == 3 || (run_exit != 0 && exit_code == 0)) exit_code = run_exit;
   }
 
-  for (const std::string& name : registered) {
-    if (absl::Status status = probe.DeleteParameters(name, probe_options); !status.ok()) {
-      std::fprintf(stderr, "normload: DeleteParameters %s: %s\n", name.c_str(),
-                   status.ToString().c_str());
-    }
-  }
   if (!flags.json_path.empty()) {
     const std::string json =
         swept.empty() ? runs_json[0] + "\n"
@@ -287,10 +381,6 @@ int Main(int argc, char** argv) {
   }
   if (!flags.plot_path.empty()) {
     std::string csv_path = flags.csv_path;
-    if (swept.empty()) {
-      std::fprintf(stderr, "normload: --plot needs --sweep\n");
-      return exit_code == 0 ? 2 : exit_code;
-    }
     if (csv_path.empty() || csv_path == "-") {
       csv_path = flags.plot_path + ".csv";
       WriteFile(csv_path, csv);

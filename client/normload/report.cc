@@ -94,8 +94,9 @@ std::string RunToJson(const RunDescription& d, const RunResult& r) {
       ", \"errors\": ", r.warmup.errors + r.measured.errors,
       ", \"by_method\": ", MethodsJson(ok, errors),
       "}, \"open_loop\": {\"max_send_lag_ms\": ", Number(r.max_send_lag_s * 1e3),
-      ", \"late_sends\": ", r.late_sends, "}, \"abandoned\": ", r.abandoned,
-      ", \"first_error\": ", Quote(r.first_error),
+      ", \"late_sends\": ", r.late_sends, ", \"not_sent\": ", r.not_sent,
+      "}, \"streams\": {\"reopened\": ", r.streams_reopened, ", \"lost\": ", r.streams_lost,
+      "}, \"abandoned\": ", r.abandoned, ", \"first_error\": ", Quote(r.first_error),
       ", \"first_verify_failure\": ", Quote(r.first_verify_failure), "}");
 }
 
@@ -112,8 +113,8 @@ void PrintReport(std::FILE* out, const RunDescription& d, const RunResult& r) {
                d.channels, d.engine.duration_s, d.engine.warmup_s);
   for (const PreparedKind& kind : *d.kinds)
     std::fprintf(out, "  mix: %s\n", DescribeKind(kind.kind).c_str());
-  std::fprintf(out, "throughput  %.0f req/s   %.0f rows/s   %.3f GB/s (in+out)\n", m.ok / s,
-               m.rows / s, (m.bytes_sent + m.bytes_received) / s / 1e9);
+  std::fprintf(out, "throughput  %.0f req/s   %.0f rows/s   %.3f GB/s (in+out) over %.3f s\n",
+               m.ok / s, m.rows / s, (m.bytes_sent + m.bytes_received) / s / 1e9, s);
   std::fprintf(out, "latency ms  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  (mean %.3f)\n",
                h.Percentile(0.5) / 1e6, h.Percentile(0.9) / 1e6, h.Percentile(0.99) / 1e6,
                h.Percentile(0.999) / 1e6, h.max() / 1e6, h.mean() / 1e6);
@@ -139,6 +140,16 @@ void PrintReport(std::FILE* out, const RunDescription& d, const RunResult& r) {
   if (d.engine.mode == LoopMode::kOpen) {
     std::fprintf(out, "sender      max lag %.3f ms, %llu sends > 1 ms late\n",
                  r.max_send_lag_s * 1e3, static_cast<unsigned long long>(r.late_sends));
+    if (r.not_sent > 0) {
+      std::fprintf(out,
+                   "not sent    %llu of the window's arrivals (all %d in flight until it closed)\n",
+                   static_cast<unsigned long long>(r.not_sent), d.engine.max_in_flight);
+    }
+  }
+  if (r.streams_reopened + r.streams_lost > 0) {
+    std::fprintf(out, "streams     %llu reopened after they ended, %llu could not be\n",
+                 static_cast<unsigned long long>(r.streams_reopened),
+                 static_cast<unsigned long long>(r.streams_lost));
   }
   if (r.abandoned > 0) {
     std::fprintf(out, "abandoned   %llu requests unanswered after the deadline\n",

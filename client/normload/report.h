@@ -8,10 +8,14 @@
 //   measured PHASE, warmup PHASE,
 //   totals {ok, errors, by_method {Normalize|NormalizeStream|NormalizeBackward:
 //           {ok, errors}}}   (warm-up + measurement: what the server counted),
-//   open_loop {max_send_lag_ms, late_sends}, abandoned, first_error,
+//   open_loop {max_send_lag_ms, late_sends, not_sent (arrivals of the
+//   measurement window never sent: every slot was busy until it closed)},
+//   streams {reopened, lost}, abandoned, first_error ("CODE_NAME: message"),
 //   first_verify_failure
 // PHASE: requests, ok, errors, errors_by_code {CODE_NAME: n}, rows,
-//   bytes_sent, bytes_received, seconds, req_per_s, rows_per_s, gb_per_s
+//   bytes_sent, bytes_received, seconds (measured: the window's start to the
+//   later of its end and the last answer to a request sent in it), req_per_s,
+//   rows_per_s, gb_per_s
 //   ((sent + received tensor bytes) / seconds / 1e9), latency_ms {min, mean,
 //   p50, p90, p99, p999, max} (OK requests), verified, verify_failures,
 //   by_method {...}.

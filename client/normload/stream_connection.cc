@@ -15,6 +15,7 @@ void StreamConnection::OnReadDone(bool ok) {
     if (release) RemoveHold();
     return;
   }
+  answered_.store(true, std::memory_order_relaxed);
   sink_->OnStreamResponse(response_);
   StartRead(&response_);
 }
@@ -27,6 +28,58 @@ void StreamConnection::OnDone(const grpc::Status& status) {
   sink_->OnStreamEnded(this, status);
   std::lock_guard<std::mutex> lock(mutex_);
   done_cv_.notify_all();
+}
+
+StreamPool::StreamPool(StreamSink* sink, const std::vector<v1::Normalizer::Stub*>& stubs,
+                       int per_channel)
+    : sink_(sink), current_(stubs.size() * static_cast<size_t>(per_channel)) {
+  for (v1::Normalizer::Stub* stub : stubs) {
+    for (int s = 0; s < per_channel; ++s) {
+      stubs_.push_back(stub);
+      all_.push_back(std::make_unique<StreamConnection>(sink_, stub));
+      current_[stubs_.size() - 1].store(all_.back().get());
+    }
+  }
+  failed_reopens_.assign(stubs_.size(), 0);
+  given_up_.assign(stubs_.size(), false);
+}
+
+StreamPool::~StreamPool() { CloseAll(std::chrono::milliseconds(2000)); }
+
+bool StreamPool::Send(int index, Slot* slot, bool may_reopen) {
+  StreamConnection* stream = current_[index].load(std::memory_order_acquire);
+  if (stream->Send(slot)) return true;
+  if (!may_reopen) return false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (current_[index].load(std::memory_order_relaxed) == stream) {
+      failed_reopens_[index] = stream->answered() ? 0 : failed_reopens_[index] + 1;
+      if (failed_reopens_[index] > kMaxFailedReopens) {
+        if (!given_up_[index]) lost_.fetch_add(1);
+        given_up_[index] = true;
+        return false;
+      }
+      all_.push_back(std::make_unique<StreamConnection>(sink_, stubs_[index]));
+      current_[index].store(all_.back().get(), std::memory_order_release);
+      reopened_.fetch_add(1);
+    }
+    stream = current_[index].load(std::memory_order_relaxed);
+  }
+  return stream->Send(slot);
+}
+
+void StreamPool::CancelAll() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& stream : all_) stream->Cancel();
+}
+
+void StreamPool::CloseAll(std::chrono::milliseconds cancel_after) {
+  std::vector<std::unique_ptr<StreamConnection>> streams;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    streams.swap(all_);
+  }
+  for (auto& stream : streams) stream->Close(cancel_after);
 }
 
 }  // namespace normsvc::normload
