@@ -10,7 +10,9 @@
 // Timing: every latency is measured from the request's intended send time:
 // in the open loop that is its scheduled arrival, so a server (or client)
 // that falls behind shows up as latency instead of as fewer requests.
-// Requests belong to the phase (warm-up or measurement) of their send time.
+// Requests belong to the phase (warm-up or measurement) in which they are
+// actually sent. Nothing is sent after the measurement window: open-loop
+// arrivals still waiting for a free slot then are counted as not sent.
 #pragma once
 
 #include <atomic>
@@ -77,8 +79,8 @@ struct RunResult {
   double measured_seconds = 0;
   double max_send_lag_s = 0;  // open loop: worst lateness of an actual send
   uint64_t late_sends = 0;    // open loop: sends more than 1 ms behind schedule
-  // Open loop: arrivals scheduled in the measurement window never sent,
-  // because every slot (--max_in_flight) was busy until the window closed.
+  // Open loop: arrivals never sent, because every slot (--max_in_flight)
+  // was busy until the window closed.
   uint64_t not_sent = 0;
   uint64_t streams_reopened = 0;  // NormalizeStream calls replaced after they ended
   uint64_t streams_lost = 0;      // streams that ended and could not be replaced

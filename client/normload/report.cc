@@ -141,8 +141,7 @@ void PrintReport(std::FILE* out, const RunDescription& d, const RunResult& r) {
     std::fprintf(out, "sender      max lag %.3f ms, %llu sends > 1 ms late\n",
                  r.max_send_lag_s * 1e3, static_cast<unsigned long long>(r.late_sends));
     if (r.not_sent > 0) {
-      std::fprintf(out,
-                   "not sent    %llu of the window's arrivals (all %d in flight until it closed)\n",
+      std::fprintf(out, "not sent    %llu arrivals (all %d in flight until the window closed)\n",
                    static_cast<unsigned long long>(r.not_sent), d.engine.max_in_flight);
     }
   }

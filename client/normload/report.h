@@ -8,8 +8,8 @@
 //   measured PHASE, warmup PHASE,
 //   totals {ok, errors, by_method {Normalize|NormalizeStream|NormalizeBackward:
 //           {ok, errors}}}   (warm-up + measurement: what the server counted),
-//   open_loop {max_send_lag_ms, late_sends, not_sent (arrivals of the
-//   measurement window never sent: every slot was busy until it closed)},
+//   open_loop {max_send_lag_ms, late_sends, not_sent (arrivals never sent:
+//   every slot was busy until the window closed)},
 //   streams {reopened, lost}, abandoned, first_error ("CODE_NAME: message"),
 //   first_verify_failure
 // PHASE: requests, ok, errors, errors_by_code {CODE_NAME: n}, rows,
