@@ -66,8 +66,8 @@ AuthenticatedNormalizer::NormalizeStream(grpc::CallbackServerContext* context) {
 }
 
 grpc::ServerUnaryReactor* AuthenticatedNormalizer::NormalizeBackward(
-    grpc::CallbackServerContext* context, const v1::NormalizeBackwardRequest* request,
-    v1::NormalizeBackwardResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
   if (auto* refused = guard_.RefuseUnary(context, Method::kNormalizeBackward)) {
     return refused;
   }
@@ -75,8 +75,8 @@ grpc::ServerUnaryReactor* AuthenticatedNormalizer::NormalizeBackward(
 }
 
 grpc::ServerUnaryReactor* AuthenticatedNormalizer::RegisterParameters(
-    grpc::CallbackServerContext* context, const v1::RegisterParametersRequest* request,
-    v1::RegisterParametersResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
   if (auto* refused = guard_.RefuseUnary(context, Method::kRegisterParameters)) {
     return refused;
   }
@@ -84,8 +84,8 @@ grpc::ServerUnaryReactor* AuthenticatedNormalizer::RegisterParameters(
 }
 
 grpc::ServerUnaryReactor* AuthenticatedNormalizer::DeleteParameters(
-    grpc::CallbackServerContext* context, const v1::DeleteParametersRequest* request,
-    v1::DeleteParametersResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
   if (auto* refused = guard_.RefuseUnary(context, Method::kDeleteParameters)) {
     return refused;
   }
@@ -93,8 +93,8 @@ grpc::ServerUnaryReactor* AuthenticatedNormalizer::DeleteParameters(
 }
 
 grpc::ServerUnaryReactor* AuthenticatedNormalizer::ListParameters(
-    grpc::CallbackServerContext* context, const v1::ListParametersRequest* request,
-    v1::ListParametersResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
   if (auto* refused = guard_.RefuseUnary(context, Method::kListParameters)) {
     return refused;
   }
@@ -102,8 +102,8 @@ grpc::ServerUnaryReactor* AuthenticatedNormalizer::ListParameters(
 }
 
 grpc::ServerUnaryReactor* AuthenticatedNormalizer::GetServerInfo(
-    grpc::CallbackServerContext* context, const v1::GetServerInfoRequest* request,
-    v1::GetServerInfoResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
   if (auto* refused = guard_.RefuseUnary(context, Method::kGetServerInfo)) {
     return refused;
   }
@@ -129,8 +129,16 @@ NORMSVC_AUTHENTICATED_KSERVE_UNARY(ServerMetadata)
 NORMSVC_AUTHENTICATED_KSERVE_UNARY(ModelMetadata)
 NORMSVC_AUTHENTICATED_KSERVE_UNARY(ModelConfig)
 NORMSVC_AUTHENTICATED_KSERVE_UNARY(ModelStatistics)
-NORMSVC_AUTHENTICATED_KSERVE_UNARY(ModelInfer)
 #undef NORMSVC_AUTHENTICATED_KSERVE_UNARY
+
+grpc::ServerUnaryReactor* AuthenticatedKserve::ModelInfer(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* request,
+                                                          grpc::ByteBuffer* response) {
+  if (auto* refused = guard_.RefuseUnary(context, Method::kModelInfer)) {
+    return refused;
+  }
+  return inner_.ModelInfer(context, request, response);
+}
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AuthenticatedKserve::ModelStreamInfer(
     grpc::CallbackServerContext* context) {

@@ -57,28 +57,7 @@ class AuthenticatedNormalizer final : public NormalizerCallbackBase {
   AuthenticatedNormalizer(NormalizerService& inner, CallGuard& guard)
       : inner_(inner), guard_(guard) {}
 
-  using NormalizerCallbackBase::Normalize;
-  grpc::ServerUnaryReactor* Normalize(grpc::CallbackServerContext* context,
-                                      const grpc::ByteBuffer* request,
-                                      grpc::ByteBuffer* response) override;
-  using NormalizerCallbackBase::NormalizeStream;
-  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NormalizeStream(
-      grpc::CallbackServerContext* context) override;
-  grpc::ServerUnaryReactor* NormalizeBackward(grpc::CallbackServerContext* context,
-                                              const v1::NormalizeBackwardRequest* request,
-                                              v1::NormalizeBackwardResponse* response) override;
-  grpc::ServerUnaryReactor* RegisterParameters(grpc::CallbackServerContext* context,
-                                               const v1::RegisterParametersRequest* request,
-                                               v1::RegisterParametersResponse* response) override;
-  grpc::ServerUnaryReactor* DeleteParameters(grpc::CallbackServerContext* context,
-                                             const v1::DeleteParametersRequest* request,
-                                             v1::DeleteParametersResponse* response) override;
-  grpc::ServerUnaryReactor* ListParameters(grpc::CallbackServerContext* context,
-                                           const v1::ListParametersRequest* request,
-                                           v1::ListParametersResponse* response) override;
-  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
-                                          const v1::GetServerInfoRequest* request,
-                                          v1::GetServerInfoResponse* response) override;
+  NORMSVC_NORMALIZER_RAW_METHODS
 
  private:
   NormalizerService& inner_;
@@ -110,9 +89,10 @@ class AuthenticatedKserve final : public KserveCallbackBase {
   grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
                                             const inference::ModelStatisticsRequest* request,
                                             inference::ModelStatisticsResponse* response) override;
+  using KserveCallbackBase::ModelInfer;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
-                                       const inference::ModelInferRequest* request,
-                                       inference::ModelInferResponse* response) override;
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
   using KserveCallbackBase::ModelStreamInfer;
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(
       grpc::CallbackServerContext* context) override;

@@ -6,6 +6,7 @@
 #include <grpcpp/server_context.h>
 
 #include "server/kserve_request.h"
+#include "server/raw_message.h"
 #include "server/status_mapping.h"
 #include "server/task_builder.h"
 
@@ -77,9 +78,23 @@ namespace {
 // A unary ModelInfer. Deleted in OnDone, which gRPC runs after Finish.
 class KserveInferCall final : public grpc::ServerUnaryReactor, public KserveInference {
  public:
-  KserveInferCall(ServiceContext& service, KserveStatistics& statistics)
-      : KserveInference(service, statistics, Method::kModelInfer) {
+  // The request is parsed from gRPC's received bytes, and the response
+  // serialized into `sent` when the run is done (a raw method,
+  // raw_message.h).
+  KserveInferCall(ServiceContext& service, KserveStatistics& statistics,
+                  const grpc::ByteBuffer* received, grpc::ByteBuffer* sent)
+      : KserveInference(service, statistics, Method::kModelInfer), sent_(sent) {
+    // gRPC holds the received bytes until the call ends; parsing consumes them.
+    parsed_ = ParseMessageBytes(const_cast<grpc::ByteBuffer*>(received), &request_message_);
     constructed_.store(true, std::memory_order_release);
+  }
+
+  // Runs the request, or answers at once when it did not parse.
+  void Start(ServiceContext& service, absl::Time deadline) {
+    if (parsed_.ok()) return RunInference(&request_message_, &response_message_, deadline);
+    service.metrics->RecordRequest(Method::kModelInfer, std::nullopt, std::nullopt, parsed_.code(),
+                                   0, 0.0);
+    OnInferenceDone(parsed_);
   }
 
   void OnCancel() override {
@@ -101,10 +116,19 @@ class KserveInferCall final : public grpc::ServerUnaryReactor, public KserveInfe
   bool InternalInlineable() override { return true; }
 
  private:
-  void OnInferenceDone(const absl::Status& status) override {
+  void OnInferenceDone(const absl::Status& done) override {
+    absl::Status status = done;
+    if (status.ok() && !SerializeMessageBytes(response_message_, sent_)) {
+      status = absl::InternalError("the response could not be serialized");
+    }
     finished_.store(true, std::memory_order_release);
     Finish(ToGrpcStatus(status));
   }
+
+  grpc::ByteBuffer* const sent_;  // gRPC's; written once, by OnInferenceDone
+  inference::ModelInferRequest request_message_;
+  inference::ModelInferResponse response_message_;
+  absl::Status parsed_;
 
   // Hands what the finishing thread wrote (the response, this object) to
   // the thread that runs OnDone. gRPC orders Finish before OnDone in its
@@ -120,10 +144,10 @@ class KserveInferCall final : public grpc::ServerUnaryReactor, public KserveInfe
 grpc::ServerUnaryReactor* StartKserveModelInfer(ServiceContext& service,
                                                 KserveStatistics& statistics,
                                                 grpc::CallbackServerContext* context,
-                                                const inference::ModelInferRequest* request,
-                                                inference::ModelInferResponse* response) {
-  auto* call = new KserveInferCall(service, statistics);
-  call->RunInference(request, response, DeadlineOf(context->deadline()));
+                                                const grpc::ByteBuffer* request,
+                                                grpc::ByteBuffer* response) {
+  auto* call = new KserveInferCall(service, statistics, request, response);
+  call->Start(service, DeadlineOf(context->deadline()));
   return call;
 }
 

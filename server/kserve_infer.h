@@ -68,10 +68,12 @@ class KserveInference : public TaskSink {
   std::atomic<bool> cancelled_{false};
 };
 
+// A raw method: the request's bytes in, the response's out (a request that
+// does not parse is INVALID_ARGUMENT; raw_message.h).
 grpc::ServerUnaryReactor* StartKserveModelInfer(ServiceContext& service,
                                                 KserveStatistics& statistics,
                                                 grpc::CallbackServerContext* context,
-                                                const inference::ModelInferRequest* request,
-                                                inference::ModelInferResponse* response);
+                                                const grpc::ByteBuffer* request,
+                                                grpc::ByteBuffer* response);
 
 }  // namespace normsvc::server

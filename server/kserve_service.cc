@@ -93,8 +93,8 @@ grpc::ServerUnaryReactor* KserveService::ModelStatistics(
 }
 
 grpc::ServerUnaryReactor* KserveService::ModelInfer(grpc::CallbackServerContext* context,
-                                                    const inference::ModelInferRequest* request,
-                                                    inference::ModelInferResponse* response) {
+                                                    const grpc::ByteBuffer* request,
+                                                    grpc::ByteBuffer* response) {
   return StartKserveModelInfer(context_, statistics_, context, request, response);
 }
 

@@ -14,16 +14,17 @@
 
 namespace normsvc::server {
 
-// The protocol's service with ModelStreamInfer as a raw method: its reactor
-// gets each message's bytes and parses them (kserve_stream.h), so that a
-// malformed message is answered as one instead of looking like the end of
-// the stream. The other methods take and return messages.
+// The protocol's service with ModelInfer and ModelStreamInfer as raw
+// methods: they get each message's bytes and parse them (raw_message.h), so
+// that a malformed message is answered INVALID_ARGUMENT instead of gRPC's
+// UNIMPLEMENTED or an end of the stream. The other methods take and return
+// messages.
 using KserveCallbackBase = inference::GRPCInferenceService::WithCallbackMethod_ServerLive<
     inference::GRPCInferenceService::WithCallbackMethod_ServerReady<
         inference::GRPCInferenceService::WithCallbackMethod_ModelReady<
             inference::GRPCInferenceService::WithCallbackMethod_ServerMetadata<
                 inference::GRPCInferenceService::WithCallbackMethod_ModelMetadata<
-                    inference::GRPCInferenceService::WithCallbackMethod_ModelInfer<
+                    inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
                         inference::GRPCInferenceService::WithRawCallbackMethod_ModelStreamInfer<
                             inference::GRPCInferenceService::WithCallbackMethod_ModelConfig<
                                 inference::GRPCInferenceService::WithCallbackMethod_ModelStatistics<
@@ -54,9 +55,10 @@ class KserveService final : public KserveCallbackBase {
   grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
                                             const inference::ModelStatisticsRequest* request,
                                             inference::ModelStatisticsResponse* response) override;
+  using KserveCallbackBase::ModelInfer;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
-                                       const inference::ModelInferRequest* request,
-                                       inference::ModelInferResponse* response) override;
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
   using KserveCallbackBase::ModelStreamInfer;
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(
       grpc::CallbackServerContext* context) override;

@@ -3,11 +3,11 @@
 #include <atomic>
 #include <cstdint>
 
-#include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/server_context.h>
 
 #include "absl/strings/str_cat.h"
 #include "server/kserve_infer.h"
+#include "server/raw_message.h"
 #include "server/status_mapping.h"
 
 namespace normsvc::server {
@@ -53,10 +53,9 @@ class KserveStreamCall final : public StreamReactor, public KserveInference, pub
     if (!ok) return Finish(grpc::Status::OK);  // half-closed (or cancelled)
     reply_.Clear();
     ++messages_read_;
-    request_.Clear();
-    if (!grpc::SerializationTraits<inference::ModelInferRequest>::Deserialize(&received_, &request_)
-             .ok()) {
-      request_.Clear();  // what parsed before the fault: echoed, it could fail the reply too
+    // On failure request_ is left empty: what parsed before the fault, echoed
+    // in the reply, could make the reply fail to parse at the client too.
+    if (!ParseMessageBytes(&received_, &request_).ok()) {
       RecordMalformed();
       return OnInferenceDone(absl::InvalidArgumentError(
           absl::StrCat("stream message ", messages_read_, " is not a valid ModelInferRequest")));
@@ -122,15 +121,10 @@ class KserveStreamCall final : public StreamReactor, public KserveInference, pub
       reply_.mutable_infer_response()->set_model_name(request_.model_name());
       reply_.mutable_infer_response()->set_id(request_.id());
     }
-    bool own_buffer = false;
-    reply_bytes_.Clear();
-    if (!grpc::SerializationTraits<inference::ModelStreamInferResponse>::Serialize(
-             reply_, &reply_bytes_, &own_buffer)
-             .ok()) {
+    if (!SerializeMessageBytes(reply_, &reply_bytes_)) {
       reply_.Clear();
       reply_.set_error_message("INTERNAL: the reply could not be serialized");
-      grpc::SerializationTraits<inference::ModelStreamInferResponse>::Serialize(
-          reply_, &reply_bytes_, &own_buffer);
+      SerializeMessageBytes(reply_, &reply_bytes_);
     }
     StartWrite(&reply_bytes_);
   }

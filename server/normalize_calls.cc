@@ -5,6 +5,7 @@
 
 #include <grpcpp/server_context.h>
 
+#include "server/raw_message.h"
 #include "server/received_request.h"
 #include "server/status_mapping.h"
 #include "server/task_builder.h"
@@ -40,43 +41,52 @@ struct ForwardTraits {
     *response.sent = response.wire.TakeBuffer();
     return task;
   }
+  // The bytes are already in place (Build).
+  static absl::Status Send(Response& /*response*/) { return absl::OkStatus(); }
 };
 
+// NormalizeBackward: the request parsed from the received bytes, the
+// response serialized into the sent ones when the task is done.
 struct BackwardTraits {
   using Request = v1::NormalizeBackwardRequest;
-  using Response = v1::NormalizeBackwardResponse*;
+  struct Response {
+    grpc::ByteBuffer* sent;  // gRPC's, written once: by Send
+    v1::NormalizeBackwardResponse message;
+  };
   static constexpr Method kMethod = Method::kNormalizeBackward;
   static const Request& Message(const Request& request) { return request; }
-  static void SetRequestId(Response& response, uint64_t id) { response->set_request_id(id); }
+  static void SetRequestId(Response& response, uint64_t id) { response.message.set_request_id(id); }
   static auto Validate(const Request& request, const ServiceContext& service) {
     return ValidateNormalizeBackward(request, service.limits, *service.store);
   }
   static std::unique_ptr<Task> Build(const BackwardPlan& plan, const Request& request,
                                      Response& response, absl::Time deadline, TaskSink* sink) {
-    return BuildBackwardTask(plan, request, response, deadline, sink);
+    return BuildBackwardTask(plan, request, &response.message, deadline, sink);
+  }
+  static absl::Status Send(Response& response) {
+    return SerializeMessageBytes(response.message, response.sent)
+               ? absl::OkStatus()
+               : absl::InternalError("the response could not be serialized");
   }
 };
 
 // One unary tensor call. Lifetime: created by the handler, deleted in
 // OnDone, which gRPC runs only after Finish; Finish is called exactly once
-// (Reply), and nothing touches `this` after it. The request is gRPC's
-// (NormalizeBackward) or the call's own, parsed from the received bytes
-// (Normalize); either lives until OnDone.
+// (Reply), and nothing touches `this` after it. The request is the call's
+// own, parsed from the received bytes, and lives until OnDone.
 template <typename Traits>
 class TensorCall final : public grpc::ServerUnaryReactor, public TaskSink {
  public:
   using Request = typename Traits::Request;
   using Response = typename Traits::Response;
 
-  TensorCall(ServiceContext& service, grpc::CallbackServerContext* context, const Request* request,
-             Response response)
-      : service_(service), context_(context), request_(request), response_(std::move(response)) {
-    constructed_.store(true, std::memory_order_release);
-  }
   TensorCall(ServiceContext& service, grpc::CallbackServerContext* context,
-             std::unique_ptr<Request> owned_request, Response response)
-      : TensorCall(service, context, owned_request.get(), std::move(response)) {
-    owned_request_ = std::move(owned_request);
+             std::unique_ptr<Request> request, Response response)
+      : service_(service),
+        context_(context),
+        request_(std::move(request)),
+        response_(std::move(response)) {
+    constructed_.store(true, std::memory_order_release);
   }
 
   // `received`: whether the request could be read (not OK: the reply).
@@ -126,7 +136,8 @@ class TensorCall final : public grpc::ServerUnaryReactor, public TaskSink {
   }
 
  private:
-  void Reply(const absl::Status& status) {
+  void Reply(absl::Status status) {
+    if (status.ok()) status = Traits::Send(response_);
     service_.metrics->RecordRequest(Traits::kMethod, op_, dtype_, status.code(), rows_,
                                     SecondsSince(start_));
     DrainGate* gate = entered_ ? service_.gate : nullptr;
@@ -137,8 +148,7 @@ class TensorCall final : public grpc::ServerUnaryReactor, public TaskSink {
 
   ServiceContext& service_;
   grpc::CallbackServerContext* const context_;
-  std::unique_ptr<Request> owned_request_;
-  const Request* const request_;
+  const std::unique_ptr<Request> request_;
   Response response_;
   const absl::Time start_ = absl::Now();
   std::optional<kernels::NormOp> op_;
@@ -177,10 +187,16 @@ grpc::ServerUnaryReactor* StartNormalize(ServiceContext& service,
 
 grpc::ServerUnaryReactor* StartNormalizeBackward(ServiceContext& service,
                                                  grpc::CallbackServerContext* context,
-                                                 const v1::NormalizeBackwardRequest* request,
-                                                 v1::NormalizeBackwardResponse* response) {
-  auto* call = new TensorCall<BackwardTraits>(service, context, request, response);
-  call->Start();
+                                                 const grpc::ByteBuffer* request,
+                                                 grpc::ByteBuffer* response) {
+  auto parsed = std::make_unique<v1::NormalizeBackwardRequest>();
+  // The received bytes are gRPC's, held until the call ends; parsing
+  // consumes them.
+  const absl::Status received =
+      ParseMessageBytes(const_cast<grpc::ByteBuffer*>(request), parsed.get());
+  auto* call = new TensorCall<BackwardTraits>(service, context, std::move(parsed),
+                                              BackwardTraits::Response{response, {}});
+  call->Start(received);
   return call;
 }
 

@@ -16,16 +16,17 @@ class CallbackServerContext;
 
 namespace normsvc::server {
 
-// Normalize's request and response are the message bytes (a raw gRPC
-// method): the call parses the request and encodes the response itself
-// (wire_response.h).
+// The requests and responses are the message bytes (raw gRPC methods): the
+// call parses the request (a request that does not parse is
+// INVALID_ARGUMENT) and writes the response's bytes; Normalize encodes its
+// response by hand (wire_response.h).
 grpc::ServerUnaryReactor* StartNormalize(ServiceContext& service,
                                          grpc::CallbackServerContext* context,
                                          const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response);
 grpc::ServerUnaryReactor* StartNormalizeBackward(ServiceContext& service,
                                                  grpc::CallbackServerContext* context,
-                                                 const v1::NormalizeBackwardRequest* request,
-                                                 v1::NormalizeBackwardResponse* response);
+                                                 const grpc::ByteBuffer* request,
+                                                 grpc::ByteBuffer* response);
 
 }  // namespace normsvc::server

@@ -5,12 +5,12 @@
 #include <memory>
 #include <optional>
 
-#include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/server_context.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
+#include "server/raw_message.h"
 #include "server/status_mapping.h"
 #include "server/task_builder.h"
 #include "server/tensor_codec.h"
@@ -69,9 +69,7 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
       }
     }
     if (item != nullptr) {
-      const bool parsed = grpc::SerializationTraits<v1::NormalizeRequest>::Deserialize(
-                              &item->received, &item->request)
-                              .ok();
+      const bool parsed = ParseMessageBytes(&item->received, &item->request).ok();
       if (parsed) {
         Process(item.release());
       } else {
@@ -252,17 +250,13 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     // The task is gone (Batcher::Finish): the request's bytes can go now,
     // and the reply waits for its write as bytes only.
     item->request = v1::NormalizeRequest();
-    bool own_buffer = false;
-    if (!grpc::SerializationTraits<v1::NormalizeStreamResponse>::Serialize(
-             item->reply, &item->reply_bytes, &own_buffer)
-             .ok()) {
+    if (!SerializeMessageBytes(item->reply, &item->reply_bytes)) {
       item->reply = v1::NormalizeStreamResponse();
       v1::NormalizeStreamResponse::Error* error = item->reply.mutable_error();
       error->set_code(static_cast<int>(absl::StatusCode::kInternal));
       error->set_message("the reply could not be serialized");
       item->reply.set_request_id(item->request_id);
-      grpc::SerializationTraits<v1::NormalizeStreamResponse>::Serialize(
-          item->reply, &item->reply_bytes, &own_buffer);
+      SerializeMessageBytes(item->reply, &item->reply_bytes);
     }
     item->reply = v1::NormalizeStreamResponse();
     if (item->entered) service_.gate->Exit();

@@ -4,6 +4,7 @@
 
 #include <grpcpp/server_context.h>
 
+#include "server/raw_message.h"
 #include "server/status_mapping.h"
 #include "server/tensor_codec.h"
 
@@ -11,22 +12,41 @@ namespace normsvc::server {
 namespace {
 
 // A control-plane call: enters the drain gate, replies once, deletes
-// itself in OnDone.
+// itself in OnDone. It owns its request and response messages, parsed from
+// and serialized into the bytes gRPC received and sends.
+template <typename Request, typename Response>
 class ControlCall final : public grpc::ServerUnaryReactor {
  public:
-  ControlCall(ServiceContext& service, Method method) : service_(service), method_(method) {}
-
-  // False (and already answered UNAVAILABLE) while draining.
-  bool Enter() {
-    if (service_.gate->TryEnter()) {
-      entered_ = true;
-      return true;
-    }
-    Reply(ShuttingDown());
-    return false;
+  ControlCall(ServiceContext& service, Method method, const grpc::ByteBuffer* request_bytes,
+              grpc::ByteBuffer* response_bytes)
+      : service_(service), method_(method), response_bytes_(response_bytes) {
+    // The received bytes are gRPC's, held until the call ends; parsing
+    // consumes them.
+    parsed_ = ParseMessageBytes(const_cast<grpc::ByteBuffer*>(request_bytes), &request_);
   }
 
-  void Reply(const absl::Status& status) {
+  const Request& request() const { return request_; }
+  Response* response() { return &response_; }
+
+  // False (and already answered) while draining or when the request did
+  // not parse.
+  bool Enter() {
+    if (!service_.gate->TryEnter()) {
+      Reply(ShuttingDown());
+      return false;
+    }
+    entered_ = true;
+    if (!parsed_.ok()) {
+      Reply(parsed_);
+      return false;
+    }
+    return true;
+  }
+
+  void Reply(absl::Status status) {
+    if (status.ok() && !SerializeMessageBytes(response_, response_bytes_)) {
+      status = absl::InternalError("the response could not be serialized");
+    }
     service_.metrics->RecordRequest(method_, std::nullopt, std::nullopt, status.code(), 0,
                                     SecondsSince(start_));
     DrainGate* gate = entered_ ? service_.gate : nullptr;
@@ -51,6 +71,10 @@ class ControlCall final : public grpc::ServerUnaryReactor {
  private:
   ServiceContext& service_;
   const Method method_;
+  grpc::ByteBuffer* const response_bytes_;  // gRPC's; written once, by Reply
+  Request request_;
+  Response response_;
+  absl::Status parsed_;
   const absl::Time start_ = absl::Now();
   bool entered_ = false;
   // Hands what the replying thread (often the control thread) read and
@@ -74,19 +98,21 @@ void FillInfo(const ParameterSet& set, v1::ParameterSetInfo* info) {
 
 grpc::ServerUnaryReactor* StartRegisterParameters(ServiceContext& service,
                                                   grpc::CallbackServerContext* /*context*/,
-                                                  const v1::RegisterParametersRequest* request,
-                                                  v1::RegisterParametersResponse* response) {
-  auto* call = new ControlCall(service, Method::kRegisterParameters);
+                                                  const grpc::ByteBuffer* request,
+                                                  grpc::ByteBuffer* response) {
+  auto* call = new ControlCall<v1::RegisterParametersRequest, v1::RegisterParametersResponse>(
+      service, Method::kRegisterParameters, request, response);
   if (!call->Enter()) return call;
-  absl::StatusOr<RegisterPlan> plan = ValidateRegisterParameters(*request, service.limits);
+  absl::StatusOr<RegisterPlan> plan = ValidateRegisterParameters(call->request(), service.limits);
   if (!plan.ok()) {
     call->Reply(plan.status());
     return call;
   }
-  call->RunOnControlThread([call, &service, request, response, plan = *plan] {
-    absl::StatusOr<std::shared_ptr<const ParameterSet>> set = service.store->Register(
-        std::string(plan.name), plan.hidden, plan.dtype, plan.gamma, plan.beta, request->replace());
-    if (set.ok()) FillInfo(**set, response->mutable_info());
+  call->RunOnControlThread([call, &service, plan = *plan] {
+    absl::StatusOr<std::shared_ptr<const ParameterSet>> set =
+        service.store->Register(std::string(plan.name), plan.hidden, plan.dtype, plan.gamma,
+                                plan.beta, call->request().replace());
+    if (set.ok()) FillInfo(**set, call->response()->mutable_info());
     call->Reply(set.status());
   });
   return call;
@@ -94,37 +120,43 @@ grpc::ServerUnaryReactor* StartRegisterParameters(ServiceContext& service,
 
 grpc::ServerUnaryReactor* StartDeleteParameters(ServiceContext& service,
                                                 grpc::CallbackServerContext* /*context*/,
-                                                const v1::DeleteParametersRequest* request,
-                                                v1::DeleteParametersResponse* /*response*/) {
-  auto* call = new ControlCall(service, Method::kDeleteParameters);
+                                                const grpc::ByteBuffer* request,
+                                                grpc::ByteBuffer* response) {
+  auto* call = new ControlCall<v1::DeleteParametersRequest, v1::DeleteParametersResponse>(
+      service, Method::kDeleteParameters, request, response);
   if (!call->Enter()) return call;
-  if (absl::Status status = ValidateParameterSetName(request->name(), "name"); !status.ok()) {
+  if (absl::Status status = ValidateParameterSetName(call->request().name(), "name");
+      !status.ok()) {
     call->Reply(status);
     return call;
   }
   call->RunOnControlThread(
-      [call, &service, request] { call->Reply(service.store->Delete(request->name())); });
+      [call, &service] { call->Reply(service.store->Delete(call->request().name())); });
   return call;
 }
 
 grpc::ServerUnaryReactor* StartListParameters(ServiceContext& service,
                                               grpc::CallbackServerContext* /*context*/,
-                                              const v1::ListParametersRequest* /*request*/,
-                                              v1::ListParametersResponse* response) {
-  auto* call = new ControlCall(service, Method::kListParameters);
+                                              const grpc::ByteBuffer* request,
+                                              grpc::ByteBuffer* response) {
+  auto* call = new ControlCall<v1::ListParametersRequest, v1::ListParametersResponse>(
+      service, Method::kListParameters, request, response);
   if (!call->Enter()) return call;
-  for (const auto& set : service.store->List()) FillInfo(*set, response->add_parameter_sets());
+  for (const auto& set : service.store->List()) {
+    FillInfo(*set, call->response()->add_parameter_sets());
+  }
   call->Reply(absl::OkStatus());
   return call;
 }
 
 grpc::ServerUnaryReactor* StartGetServerInfo(ServiceContext& service,
                                              grpc::CallbackServerContext* /*context*/,
-                                             const v1::GetServerInfoRequest* /*request*/,
-                                             v1::GetServerInfoResponse* response) {
-  auto* call = new ControlCall(service, Method::kGetServerInfo);
+                                             const grpc::ByteBuffer* request,
+                                             grpc::ByteBuffer* response) {
+  auto* call = new ControlCall<v1::GetServerInfoRequest, v1::GetServerInfoResponse>(
+      service, Method::kGetServerInfo, request, response);
   if (!call->Enter()) return call;
-  *response = service.server_info;
+  *call->response() = service.server_info;
   call->Reply(absl::OkStatus());
   return call;
 }

@@ -3,6 +3,7 @@
 // ListParameters and GetServerInfo (answered in the handler).
 #pragma once
 
+#include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/server_callback.h>
 
 #include "normsvc/v1/normalizer.pb.h"
@@ -14,21 +15,23 @@ class CallbackServerContext;
 
 namespace normsvc::server {
 
+// Each takes the request's bytes and writes the response's (raw methods,
+// raw_message.h): a request that does not parse is INVALID_ARGUMENT.
 grpc::ServerUnaryReactor* StartRegisterParameters(ServiceContext& service,
                                                   grpc::CallbackServerContext* context,
-                                                  const v1::RegisterParametersRequest* request,
-                                                  v1::RegisterParametersResponse* response);
+                                                  const grpc::ByteBuffer* request,
+                                                  grpc::ByteBuffer* response);
 grpc::ServerUnaryReactor* StartDeleteParameters(ServiceContext& service,
                                                 grpc::CallbackServerContext* context,
-                                                const v1::DeleteParametersRequest* request,
-                                                v1::DeleteParametersResponse* response);
+                                                const grpc::ByteBuffer* request,
+                                                grpc::ByteBuffer* response);
 grpc::ServerUnaryReactor* StartListParameters(ServiceContext& service,
                                               grpc::CallbackServerContext* context,
-                                              const v1::ListParametersRequest* request,
-                                              v1::ListParametersResponse* response);
+                                              const grpc::ByteBuffer* request,
+                                              grpc::ByteBuffer* response);
 grpc::ServerUnaryReactor* StartGetServerInfo(ServiceContext& service,
                                              grpc::CallbackServerContext* context,
-                                             const v1::GetServerInfoRequest* request,
-                                             v1::GetServerInfoResponse* response);
+                                             const grpc::ByteBuffer* request,
+                                             grpc::ByteBuffer* response);
 
 }  // namespace normsvc::server

@@ -17,33 +17,33 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NormalizerService::
   return StartNormalizeStream(context_, context);
 }
 
-grpc::ServerUnaryReactor* NormalizerService::NormalizeBackward(
-    grpc::CallbackServerContext* context, const v1::NormalizeBackwardRequest* request,
-    v1::NormalizeBackwardResponse* response) {
+grpc::ServerUnaryReactor* NormalizerService::NormalizeBackward(grpc::CallbackServerContext* context,
+                                                               const grpc::ByteBuffer* request,
+                                                               grpc::ByteBuffer* response) {
   return StartNormalizeBackward(context_, context, request, response);
 }
 
 grpc::ServerUnaryReactor* NormalizerService::RegisterParameters(
-    grpc::CallbackServerContext* context, const v1::RegisterParametersRequest* request,
-    v1::RegisterParametersResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
   return StartRegisterParameters(context_, context, request, response);
 }
 
-grpc::ServerUnaryReactor* NormalizerService::DeleteParameters(
-    grpc::CallbackServerContext* context, const v1::DeleteParametersRequest* request,
-    v1::DeleteParametersResponse* response) {
+grpc::ServerUnaryReactor* NormalizerService::DeleteParameters(grpc::CallbackServerContext* context,
+                                                              const grpc::ByteBuffer* request,
+                                                              grpc::ByteBuffer* response) {
   return StartDeleteParameters(context_, context, request, response);
 }
 
-grpc::ServerUnaryReactor* NormalizerService::ListParameters(
-    grpc::CallbackServerContext* context, const v1::ListParametersRequest* request,
-    v1::ListParametersResponse* response) {
+grpc::ServerUnaryReactor* NormalizerService::ListParameters(grpc::CallbackServerContext* context,
+                                                            const grpc::ByteBuffer* request,
+                                                            grpc::ByteBuffer* response) {
   return StartListParameters(context_, context, request, response);
 }
 
 grpc::ServerUnaryReactor* NormalizerService::GetServerInfo(grpc::CallbackServerContext* context,
-                                                           const v1::GetServerInfoRequest* request,
-                                                           v1::GetServerInfoResponse* response) {
+                                                           const grpc::ByteBuffer* request,
+                                                           grpc::ByteBuffer* response) {
   return StartGetServerInfo(context_, context, request, response);
 }
 

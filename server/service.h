@@ -8,46 +8,61 @@
 
 namespace normsvc::server {
 
-// The Normalizer service with Normalize and NormalizeStream as raw methods:
-// their handlers get the requests' bytes and parse them (normalize_calls.h,
-// normalize_stream.h), so a malformed message is answered as one instead of
-// looking like the end of the stream. The other methods take and return
-// messages.
+// The Normalizer service with every method raw: each handler gets the
+// request's bytes and writes the response's (raw_message.h), so that a
+// message that does not parse is answered INVALID_ARGUMENT (gRPC's typed
+// handlers answer UNIMPLEMENTED, or end a stream as if the client had),
+// and Normalize parses and encodes its tensors without copies
+// (received_request.h, wire_response.h). Every RPC of the proto must be
+// listed here and below: one left out would be a synchronous method, which
+// this server does not run (security_auth_test calls every RPC of the
+// service descriptor and fails on it).
 using NormalizerCallbackBase = v1::Normalizer::WithRawCallbackMethod_Normalize<
     v1::Normalizer::WithRawCallbackMethod_NormalizeStream<
-        v1::Normalizer::WithCallbackMethod_NormalizeBackward<
-            v1::Normalizer::WithCallbackMethod_RegisterParameters<
-                v1::Normalizer::WithCallbackMethod_DeleteParameters<
-                    v1::Normalizer::WithCallbackMethod_ListParameters<
-                        v1::Normalizer::WithCallbackMethod_GetServerInfo<
+        v1::Normalizer::WithRawCallbackMethod_NormalizeBackward<
+            v1::Normalizer::WithRawCallbackMethod_RegisterParameters<
+                v1::Normalizer::WithRawCallbackMethod_DeleteParameters<
+                    v1::Normalizer::WithRawCallbackMethod_ListParameters<
+                        v1::Normalizer::WithRawCallbackMethod_GetServerInfo<
                             v1::Normalizer::Service>>>>>>>;
+
+// The overrides of every raw method, for NormalizerService and its
+// authenticated wrapper (auth_services.h); the using-declarations keep the
+// base's synchronous overloads of the same names visible.
+#define NORMSVC_NORMALIZER_RAW_METHODS                                                             \
+  using NormalizerCallbackBase::Normalize;                                                         \
+  using NormalizerCallbackBase::NormalizeStream;                                                   \
+  using NormalizerCallbackBase::NormalizeBackward;                                                 \
+  using NormalizerCallbackBase::RegisterParameters;                                                \
+  using NormalizerCallbackBase::DeleteParameters;                                                  \
+  using NormalizerCallbackBase::ListParameters;                                                    \
+  using NormalizerCallbackBase::GetServerInfo;                                                     \
+  grpc::ServerUnaryReactor* Normalize(grpc::CallbackServerContext* context,                        \
+                                      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) \
+      override;                                                                                    \
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NormalizeStream(                    \
+      grpc::CallbackServerContext* context) override;                                              \
+  grpc::ServerUnaryReactor* NormalizeBackward(grpc::CallbackServerContext* context,                \
+                                              const grpc::ByteBuffer* request,                     \
+                                              grpc::ByteBuffer* response) override;                \
+  grpc::ServerUnaryReactor* RegisterParameters(grpc::CallbackServerContext* context,               \
+                                               const grpc::ByteBuffer* request,                    \
+                                               grpc::ByteBuffer* response) override;               \
+  grpc::ServerUnaryReactor* DeleteParameters(grpc::CallbackServerContext* context,                 \
+                                             const grpc::ByteBuffer* request,                      \
+                                             grpc::ByteBuffer* response) override;                 \
+  grpc::ServerUnaryReactor* ListParameters(grpc::CallbackServerContext* context,                   \
+                                           const grpc::ByteBuffer* request,                        \
+                                           grpc::ByteBuffer* response) override;                   \
+  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,                    \
+                                          const grpc::ByteBuffer* request,                         \
+                                          grpc::ByteBuffer* response) override;
 
 class NormalizerService final : public NormalizerCallbackBase {
  public:
   explicit NormalizerService(ServiceContext& context) : context_(context) {}
 
-  using NormalizerCallbackBase::Normalize;
-  grpc::ServerUnaryReactor* Normalize(grpc::CallbackServerContext* context,
-                                      const grpc::ByteBuffer* request,
-                                      grpc::ByteBuffer* response) override;
-  using NormalizerCallbackBase::NormalizeStream;
-  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NormalizeStream(
-      grpc::CallbackServerContext* context) override;
-  grpc::ServerUnaryReactor* NormalizeBackward(grpc::CallbackServerContext* context,
-                                              const v1::NormalizeBackwardRequest* request,
-                                              v1::NormalizeBackwardResponse* response) override;
-  grpc::ServerUnaryReactor* RegisterParameters(grpc::CallbackServerContext* context,
-                                               const v1::RegisterParametersRequest* request,
-                                               v1::RegisterParametersResponse* response) override;
-  grpc::ServerUnaryReactor* DeleteParameters(grpc::CallbackServerContext* context,
-                                             const v1::DeleteParametersRequest* request,
-                                             v1::DeleteParametersResponse* response) override;
-  grpc::ServerUnaryReactor* ListParameters(grpc::CallbackServerContext* context,
-                                           const v1::ListParametersRequest* request,
-                                           v1::ListParametersResponse* response) override;
-  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
-                                          const v1::GetServerInfoRequest* request,
-                                          v1::GetServerInfoResponse* response) override;
+  NORMSVC_NORMALIZER_RAW_METHODS
 
  private:
   ServiceContext& context_;

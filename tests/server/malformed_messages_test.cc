@@ -1,6 +1,7 @@
 // Messages that do not parse, sent to a running server: each is answered as
 // an invalid argument, never taken for the end of a stream or an unknown
-// method, and the server goes on serving.
+// method, and the server goes on serving. (ModelStreamInfer's case is in
+// kserve_service_test.cc.)
 #include <algorithm>
 
 #include <gtest/gtest.h>
@@ -18,7 +19,9 @@ class MalformedMessagesTest : public ::testing::Test {
     stub_ = Connect(server_->grpc_port());
   }
   void TearDown() override {
-    if (server_) EXPECT_TRUE(server_->Stop());
+    if (server_) {
+      EXPECT_TRUE(server_->Stop());
+    }
   }
   v1::NormalizeRequest Forward(uint64_t id) {
     v1::NormalizeRequest request;
@@ -79,6 +82,42 @@ TEST_F(MalformedMessagesTest, StreamEndsInvalidArgumentAtTheMessageThatDoesNotPa
   ASSERT_TRUE(reply.has_response()) << reply.error().message();
   EXPECT_TRUE(CheckForward(third, {}, {}, reply.response()));
   EXPECT_TRUE(next->Finish().ok());
+}
+
+// A unary request whose bytes do not parse (a varint field cut short) is
+// INVALID_ARGUMENT naming the message type on every method, where gRPC's
+// typed handlers answer UNIMPLEMENTED with no message.
+TEST_F(MalformedMessagesTest, UnaryRequestsThatDoNotParseAreInvalidArgumentOnEveryMethod) {
+  const std::string truncated("\x08", 1);
+  const std::pair<const char*, const char*> methods[] = {
+      {"/normsvc.v1.Normalizer/Normalize", ""},
+      {"/normsvc.v1.Normalizer/NormalizeBackward", "normsvc.v1.NormalizeBackwardRequest"},
+      {"/normsvc.v1.Normalizer/RegisterParameters", "normsvc.v1.RegisterParametersRequest"},
+      {"/normsvc.v1.Normalizer/DeleteParameters", "normsvc.v1.DeleteParametersRequest"},
+      {"/normsvc.v1.Normalizer/ListParameters", "normsvc.v1.ListParametersRequest"},
+      {"/normsvc.v1.Normalizer/GetServerInfo", "normsvc.v1.GetServerInfoRequest"},
+      {"/inference.GRPCInferenceService/ModelInfer", "inference.ModelInferRequest"},
+  };
+  for (const auto& [method, type] : methods) {
+    std::string reply;
+    const grpc::Status status = RawUnaryCall(server_->grpc_port(), method, truncated, &reply);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << method << ": " << status.error_message();
+    EXPECT_NE(status.error_message().find(type), std::string::npos)
+        << method << ": " << status.error_message();
+    EXPECT_TRUE(reply.empty()) << method;
+  }
+  // The same methods still answer well-formed requests, with their bytes.
+  v1::GetServerInfoResponse info;
+  std::string reply;
+  ASSERT_TRUE(
+      RawUnaryCall(server_->grpc_port(), "/normsvc.v1.Normalizer/GetServerInfo", "", &reply).ok());
+  ASSERT_TRUE(info.ParseFromString(reply));
+  EXPECT_EQ(info.backend(), "cpu");
+  const v1::NormalizeRequest request = Forward(21);
+  v1::NormalizeResponse response;
+  ASSERT_TRUE(stub_->Normalize(ContextWithDeadline().get(), request, &response).ok());
+  EXPECT_TRUE(CheckForward(request, {}, {}, response));
 }
 
 }  // namespace
