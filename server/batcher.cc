@@ -31,13 +31,6 @@ absl::Status Batcher::Schedule(std::unique_ptr<Task>& task) {
     rejections_.deadline_exceeded->Increment();
     return absl::DeadlineExceededError("the deadline passed before the request was queued");
   }
-  absl::MutexLock lock(&mutex_);
-  if (closed_) return absl::UnavailableError("server is shutting down");
-  if (static_cast<int64_t>(queue_.size()) >= options_.max_queue_size) {
-    rejections_.queue_full->Increment();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "queue full: ", queue_.size(), " requests queued (--max_queue_size); retry later"));
-  }
   if (budget_ != nullptr && task->memory_bytes() > budget_->limit()) {
     // No amount of waiting makes room: refuse it as the limit it exceeds,
     // not as a retryable shortage.
@@ -46,6 +39,13 @@ absl::Status Batcher::Schedule(std::unique_ptr<Task>& task) {
         " bytes of server memory (its input and output), more than --max_queued_bytes (",
         budget_->limit(), ") allows any request"));
   }
+  absl::MutexLock lock(&mutex_);
+  if (closed_) return absl::UnavailableError("server is shutting down");
+  if (static_cast<int64_t>(queue_.size()) >= options_.max_queue_size) {
+    rejections_.queue_full->Increment();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "queue full: ", queue_.size(), " requests queued (--max_queue_size); retry later"));
+  }
   if (budget_ != nullptr && !budget_->TryAcquire(task->memory_bytes())) {
     rejections_.queue_full->Increment();
     return absl::ResourceExhaustedError(
@@ -53,6 +53,7 @@ absl::Status Batcher::Schedule(std::unique_ptr<Task>& task) {
                      " bytes held by accepted requests (--max_queued_bytes); retry later"));
   }
   task->enqueued_at = now;
+  earliest_deadline_ = std::min(earliest_deadline_, task->deadline);
   queued_rows_ += task->rows;
   queued_bytes_ += task->input_bytes;
   queued_staging_ += task->staging_bytes;
@@ -65,9 +66,12 @@ absl::Status Batcher::Schedule(std::unique_ptr<Task>& task) {
   return absl::OkStatus();
 }
 
-std::unique_ptr<Task> Batcher::PopLocked() {
-  std::unique_ptr<Task> task = std::move(queue_.front());
-  queue_.pop_front();
+std::unique_ptr<Task> Batcher::PopLocked() { return RemoveLocked(queue_.begin()); }
+
+std::unique_ptr<Task> Batcher::RemoveLocked(std::deque<std::unique_ptr<Task>>::iterator at) {
+  std::unique_ptr<Task> task = std::move(*at);
+  queue_.erase(at);
+  if (queue_.empty()) earliest_deadline_ = absl::InfiniteFuture();
   queued_rows_ -= task->rows;
   queued_bytes_ -= task->input_bytes;
   queued_staging_ -= task->staging_bytes;
@@ -96,13 +100,12 @@ bool Batcher::ReadyLocked(absl::Time now) const {
 
 absl::Time Batcher::NextReadyTimeLocked() const {
   if (queue_.empty()) return absl::InfiniteFuture();
-  // The head's deadline counts too: a request that expires while it waits
-  // for its batch is answered when it expires, not when the batch closes.
-  const absl::Time head_deadline = queue_.front()->deadline;
+  // Deadlines count too: a request that expires while it waits for its
+  // batch is answered when it expires, not when the batch closes.
   // Held: only BatchDone or a Schedule can make it ready, and both signal.
-  if (HeldForOverlapLocked()) return head_deadline;
+  if (HeldForOverlapLocked()) return earliest_deadline_;
   if (ReadyLocked(absl::InfinitePast())) return absl::InfinitePast();
-  return std::min(queue_.front()->enqueued_at + options_.max_queue_delay, head_deadline);
+  return std::min(queue_.front()->enqueued_at + options_.max_queue_delay, earliest_deadline_);
 }
 
 absl::Time Batcher::NextReadyTime() const {
@@ -128,7 +131,26 @@ void Batcher::PruneHeadLocked(absl::Time now, std::vector<Dropped>* dropped) {
   }
 }
 
+void Batcher::PruneExpiredLocked(absl::Time now, std::vector<Dropped>* dropped) {
+  if (now < earliest_deadline_) return;
+  earliest_deadline_ = absl::InfiniteFuture();
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if ((*it)->deadline <= now) {
+      rejections_.deadline_exceeded->Increment();
+      const size_t index = static_cast<size_t>(it - queue_.begin());
+      dropped->push_back(
+          {RemoveLocked(it),
+           absl::DeadlineExceededError("the deadline passed while the request was queued")});
+      it = queue_.begin() + static_cast<std::ptrdiff_t>(index);
+    } else {
+      earliest_deadline_ = std::min(earliest_deadline_, (*it)->deadline);
+      ++it;
+    }
+  }
+}
+
 std::optional<Batch> Batcher::TakeLocked(absl::Time now, std::vector<Dropped>* dropped) {
+  PruneExpiredLocked(now, dropped);
   PruneHeadLocked(now, dropped);
   if (!ReadyLocked(now)) return std::nullopt;
   Batch batch;

@@ -124,8 +124,15 @@ class Batcher {
   bool HeldForOverlapLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::Time NextReadyTimeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   std::unique_ptr<Task> PopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Removes the task at `at` from the queue and its counts.
+  std::unique_ptr<Task> RemoveLocked(std::deque<std::unique_ptr<Task>>::iterator at)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Drops cancelled/expired tasks at the head into `dropped`.
   void PruneHeadLocked(absl::Time now, std::vector<Dropped>* dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Once `now` reaches earliest_deadline_: drops every expired task,
+  // wherever it is queued, into `dropped`, and renews earliest_deadline_.
+  void PruneExpiredLocked(absl::Time now, std::vector<Dropped>* dropped)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   std::optional<Batch> TakeLocked(absl::Time now, std::vector<Dropped>* dropped)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
@@ -149,6 +156,10 @@ class Batcher {
   bool flushing_ ABSL_GUARDED_BY(mutex_) = false;
   bool closed_ ABSL_GUARDED_BY(mutex_) = false;
   int64_t running_batches_ ABSL_GUARDED_BY(mutex_) = 0;  // taken, BatchDone not yet called
+  // At or before the earliest deadline of a queued task (exact after each
+  // PruneExpiredLocked; a task taken since may have held it): workers wake
+  // by then to answer a request that expires while it waits, wherever it is.
+  absl::Time earliest_deadline_ ABSL_GUARDED_BY(mutex_) = absl::InfiniteFuture();
   std::atomic<int64_t> pending_requests_{0};
   std::atomic<int64_t> pending_rows_{0};
   // At most one waiting worker spins (BatcherOptions::idle_spin).

@@ -254,6 +254,56 @@ TEST_F(BatcherTest, ExpiredTaskIsAnsweredAtItsDeadlineEvenWhenAlsoCancelled) {
   EXPECT_EQ(budget_.used(), 2 * 32);
 }
 
+// Behind a task without a deadline, an expiring one is still answered at
+// its deadline, while the batch waits for its delay and while a held queue
+// waits for the running batch (overlap_min_bytes).
+TEST_F(BatcherTest, ExpiredTaskBehindTheHeadIsAnsweredAtItsDeadline) {
+  for (const bool held : {false, true}) {
+    SCOPED_TRACE(held ? "held for overlap" : "waiting for the delay");
+    BatcherOptions options;
+    options.max_queue_delay = held ? absl::ZeroDuration() : absl::Seconds(1);
+    options.overlap_min_bytes = held ? int64_t{1} << 20 : 0;
+    auto batcher = MakeBatcher(options);
+    std::optional<Batch> running;
+    if (held) {
+      Schedule(*batcher, MakeTask(1));
+      running = batcher->TryTakeBatch();  // runs until BatchDone
+      ASSERT_TRUE(running);
+    }
+    const size_t first = sinks_.size();
+    const absl::Time enqueued = now_;
+    const absl::Time deadline = now_ + absl::Milliseconds(20);
+    Schedule(*batcher, MakeTask(2));
+    Schedule(*batcher, MakeTask(3, TaskKind::kForward, deadline));
+    Schedule(*batcher, MakeTask(4, TaskKind::kForward, deadline + absl::Milliseconds(5)));
+    EXPECT_EQ(batcher->NextReadyTime(), deadline);
+    now_ = deadline;
+    EXPECT_FALSE(batcher->TryTakeBatch());
+    EXPECT_EQ(sinks_[first].calls, 0);
+    ASSERT_TRUE(sinks_[first + 1].result);
+    EXPECT_EQ(sinks_[first + 1].result->code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_EQ(sinks_[first + 2].calls, 0);
+    EXPECT_EQ(batcher->NextReadyTime(), deadline + absl::Milliseconds(5));
+    now_ = deadline + absl::Milliseconds(5);
+    EXPECT_FALSE(batcher->TryTakeBatch());
+    ASSERT_TRUE(sinks_[first + 2].result);
+    EXPECT_EQ(sinks_[first + 2].result->code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_EQ(batcher->NextReadyTime(),
+              held ? absl::InfiniteFuture() : enqueued + absl::Seconds(1));
+    if (held) {
+      for (auto& task : running->tasks) batcher->Finish(std::move(task), absl::OkStatus());
+      batcher->BatchDone();
+    } else {
+      now_ = enqueued + absl::Seconds(1);
+    }
+    std::optional<Batch> batch = batcher->TryTakeBatch();
+    ASSERT_TRUE(batch);
+    EXPECT_EQ(RowsOf(*batch), (std::vector<int64_t>{2}));
+    for (auto& task : batch->tasks) batcher->Finish(std::move(task), absl::OkStatus());
+    EXPECT_EQ(Count(metrics_.rejections().deadline_exceeded), held ? 4 : 2);
+  }
+}
+
 // A request that needs more memory than the whole budget can never be
 // accepted: it is refused as a limit, not as "retry later".
 TEST_F(BatcherTest, TaskLargerThanTheWholeBudgetIsInvalidNotRetryable) {
