@@ -1,6 +1,10 @@
 #include "tensor_files.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -43,11 +47,38 @@ int WriteOutputFiles(std::initializer_list<OutputFile> files) {
     }
     arrays.push_back(*std::move(array));
   }
+  // Each file is written beside its place under a temporary name, and the
+  // names are given only once every file is written: a write that fails
+  // (no room, no such directory) leaves none of the outputs behind.
+  std::vector<std::string> written;
+  auto remove_written = [&written] {
+    for (const std::string& path : written) std::remove(path.c_str());
+  };
   size_t next = 0;
   for (const OutputFile& file : files) {
     if (file.path.empty()) continue;
-    absl::Status written = client::WriteNpyFile(file.path, arrays[next++]);
-    if (!written.ok()) return LocalExitCode(absl::DataLossError(written.message()));
+    const std::string temporary = absl::StrCat(file.path, ".normctl-", getpid(), ".tmp");
+    absl::Status status = client::WriteNpyFile(temporary, arrays[next++]);
+    if (!status.ok()) {
+      std::remove(temporary.c_str());
+      remove_written();
+      return LocalExitCode(absl::DataLossError(absl::StrCat(
+          "cannot write ", file.path, " (", status.message(), "); no output was written")));
+    }
+    written.push_back(temporary);
+  }
+  next = 0;
+  for (const OutputFile& file : files) {
+    if (file.path.empty()) continue;
+    if (std::rename(written[next].c_str(), file.path.c_str()) != 0) {
+      const std::string error = std::strerror(errno);
+      written.erase(written.begin(), written.begin() + static_cast<std::ptrdiff_t>(next));
+      remove_written();
+      return LocalExitCode(absl::DataLossError(
+          absl::StrCat("cannot write ", file.path, ": ", error,
+                       next == 0 ? "; no output was written" : "; the outputs before it were")));
+    }
+    ++next;
     std::printf("wrote %s: %s\n", file.path.c_str(), DescribeTensor(file.tensor).c_str());
   }
   return kExitOk;

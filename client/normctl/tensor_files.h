@@ -20,8 +20,9 @@ absl::StatusOr<std::optional<v1::Tensor>> ReadTensorFlag(cli::Args& args, const 
                                                          std::optional<v1::DType> convert_to);
 
 // Writes the response tensors asked for (empty path: not asked), after
-// checking that every one of them is present and well formed, so a failure
-// leaves no file half of the outputs behind. Prints "wrote PATH: ..." per
+// checking that every one of them is present and well formed; each goes to
+// a temporary file beside its path first, renamed once all are written, so
+// a failure leaves none of the outputs behind. Prints "wrote PATH: ..." per
 // file; returns the exit code.
 struct OutputFile {
   const std::string& path;

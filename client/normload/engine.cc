@@ -243,7 +243,9 @@ void Engine::Complete(Slot* slot, int method, grpc::StatusCode code, const std::
                       uint64_t bytes_received, const std::string& verify_error) {
   PhaseCounters& phase = slot->measured ? measured_ : warmup_;
   const Clock::time_point now = Clock::now();
-  if (slot->measured) {
+  // Only answered requests extend the window: one that failed at its
+  // deadline, or a stream cancelled at the end, would stretch it by as much.
+  if (slot->measured && code == grpc::StatusCode::OK) {
     const int64_t done = std::chrono::duration_cast<std::chrono::nanoseconds>(now - begin_).count();
     int64_t seen = last_measured_done_ns_.load(std::memory_order_relaxed);
     while (done > seen && !last_measured_done_ns_.compare_exchange_weak(seen, done)) {
@@ -428,7 +430,7 @@ RunResult Engine::Run() {
   result.warmup = warmup_.Take();
   result.measured = measured_.Take();
   // Requests sent in the window are counted when they complete, so the
-  // window's real length runs to the last of them.
+  // window's real length runs to the last of them that was answered.
   const double last_done_s = last_measured_done_ns_.load() / 1e9 - options_.warmup_s;
   result.measured_seconds = std::max(options_.duration_s, last_done_s);
   result.not_sent = not_sent_.load();

@@ -332,11 +332,20 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::vector<PreparedKind>> prepared = PrepareWorkload(*kinds, workload);
   if (!prepared.ok()) return Usage(prepared.status());
   description.kinds = &*prepared;
-  // One channel to each target that has one (channel i goes to target
-  // i % targets): parameter sets must be on every server the load reaches.
-  std::vector<std::shared_ptr<grpc::Channel>> per_target(
-      channels.begin(), channels.begin() + std::min(channels.size(), targets.size()));
-  Registrations registrations(per_target, targets, probe_options);
+  // One channel to each distinct target that has one (channel i goes to
+  // target i % targets): parameter sets must be on every server the load
+  // reaches, once (a target listed twice weights the load, not the sets).
+  std::vector<std::shared_ptr<grpc::Channel>> per_target;
+  std::vector<std::string> distinct_targets;
+  for (size_t i = 0; i < std::min(channels.size(), targets.size()); ++i) {
+    if (std::find(distinct_targets.begin(), distinct_targets.end(), targets[i]) !=
+        distinct_targets.end()) {
+      continue;
+    }
+    distinct_targets.push_back(targets[i]);
+    per_target.push_back(channels[i]);
+  }
+  Registrations registrations(per_target, distinct_targets, probe_options);
   if (!flags.engine.echo && !registrations.Register(*prepared)) return 1;
 
   // One run, or a sweep of runs.

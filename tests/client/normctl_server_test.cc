@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -125,6 +126,24 @@ TEST_F(NormctlServerTest, ImpossibleOutputsAreRefusedBeforeTheCall) {
     EXPECT_FALSE(std::ifstream(y).good()) << args[2];
   }
   EXPECT_EQ(Calls(), calls);
+}
+
+// An output that cannot be written (its directory does not exist) fails the
+// command with no output left behind, not the files before it.
+TEST_F(NormctlServerTest, AnOutputThatCannotBeWrittenLeavesNoneBehind) {
+  WriteRandomNpy(dir_->File("w.npy"), {3, 40}, rng_);
+  const std::string y = dir_->File("wy.npy");
+  std::remove(y.c_str());
+  const CommandResult run =
+      RunCommand(Normctl({"normalize", "--op=layernorm", "--in=" + dir_->File("w.npy"),
+                          "--out=" + y, "--mean_out=" + dir_->File("no-such-dir/wm.npy")}));
+  EXPECT_EQ(run.exit_code, 3) << run.out << run.err;
+  EXPECT_NE(run.err.find("no output was written"), std::string::npos) << run.err;
+  EXPECT_FALSE(std::ifstream(y).good());
+  // Nor a temporary file beside it.
+  for (const auto& entry : std::filesystem::directory_iterator(dir_->File(""))) {
+    EXPECT_EQ(entry.path().string().find(".tmp"), std::string::npos) << entry.path();
+  }
 }
 
 // --help: "--tls (also implied by any --tls_* file flag)". A key file alone

@@ -54,8 +54,9 @@ TEST(NormloadServerTest, OpenLoopStopsSendingAtTheWindowsEnd) {
   const double wall = Seconds(start);
   ASSERT_EQ(run.exit_code, 0) << run.err << run.out;
   // 10000 arrivals of 1 MiB each cannot all be sent: the run ends with its
-  // window (plus start-up and the answers to at most 8 requests in flight).
-  EXPECT_LT(wall, kWarmup + kDuration + 4) << run.out;
+  // window, plus start-up and the answers to at most 8 requests in flight
+  // (generous for the sanitizer builds; sending them all took over 40 s).
+  EXPECT_LT(wall, kWarmup + kDuration + 12) << run.out;
   const google::protobuf::Struct json = ParseJson(ReadFile(dir.File("open.json")));
   const double ok = Number(json, {"measured", "ok"});
   const double total = Number(json, {"totals", "ok"});
@@ -140,6 +141,14 @@ TEST(NormloadServerTest, RegisteredSetsReachEveryTarget) {
   EXPECT_EQ(on_a + on_b, Number(json, {"totals", "ok"}));
   EXPECT_TRUE(ParameterSets(a.target()).empty());
   EXPECT_TRUE(ParameterSets(b.target()).empty());
+
+  // A target listed twice weights the load; its sets are registered once.
+  const CommandResult twice =
+      RunCommand({kNormload, "--target=" + a.target() + "," + a.target() + "," + b.target(),
+                  "--channels=3", "--concurrency=3", "--warmup_s=0", "--duration_s=0.3", "--quiet",
+                  "--mix=op=rmsnorm,rows=1,hidden=32,params=registered"});
+  EXPECT_EQ(twice.exit_code, 0) << twice.err << twice.out;
+  EXPECT_TRUE(ParameterSets(a.target()).empty());
 }
 
 // A server that closes connections after 500 ms: normload opens a new stream
@@ -193,7 +202,7 @@ TEST(NormloadServerTest, FlagsAreCheckedFirstAndSetsAreAlwaysDeleted) {
     const auto start = std::chrono::steady_clock::now();
     const CommandResult run = RunCommand(flags, std::chrono::seconds(30));
     EXPECT_EQ(run.exit_code, 2) << flags.back() << ": " << run.err;
-    EXPECT_LT(Seconds(start), 3.0) << flags.back();
+    EXPECT_LT(Seconds(start), 10.0) << flags.back();  // no connection attempt, even in ASan
   }
   TempDir dir;
   NormsvcServer server(dir, "normsvc", {"--max_parameter_sets=1"});

@@ -186,8 +186,8 @@ class Client:
 
         Returns the output array, or a NormalizeResult(output, residual_sum,
         mean, rstd) when return_residual_sum or return_statistics is set.
-        dtype: wire dtype of x ("fp32", "fp16", "bf16", a NumPy float dtype
-        or a pb.DType value; default from x: float16 -> fp16, else fp32;
+        dtype: wire dtype of x ("fp32", "fp16", "bf16", NumPy's float32 or
+        float16 dtype, or a pb.DType value; default from x: float16 -> fp16, else fp32;
         "bf16" rounds x to bf16); x must hold real numbers (floating point
         or integer), else ValueError. gamma/beta are sent inline (in dtype
         when it is given, else float16 as fp16 and anything else as fp32),
@@ -268,8 +268,10 @@ class Client:
         result) pairs in completion order. At most max_in_flight (>= 1)
         requests are outstanding. kwargs: as for normalize(); they are
         checked here, before the stream starts (ValueError, TypeError).
-        timeout: deadline of the whole stream in seconds (default: the
-        client's). A per-request error, the deadline or a stream that ends
+        timeout: deadline of the whole stream in seconds (default: none; a
+        stream lasts as long as its inputs, unlike a call, so the client's
+        per-call timeout does not apply). A per-request error, the deadline
+        or a stream that ends
         without a result for every request raises NormsvcError; an exception
         raised while reading `inputs` or encoding one of them cancels the
         stream and is raised again here.
@@ -288,7 +290,7 @@ class Client:
             dtype = wire_dtype(dtype)
         extras = bool(kwargs.get("return_residual_sum") or kwargs.get("return_statistics"))
         return self._stream(iter(inputs), template, residual, dtype, extras, max_in_flight,
-                            ordered, self.timeout if timeout is None else timeout)
+                            ordered, timeout)
 
     def _stream(self, inputs, template, residual, dtype, extras, max_in_flight, ordered,
                 timeout):
