@@ -2,72 +2,45 @@
 // outputs checked against independent double-precision computations, and
 // normload's counts against the server's own normsvc_requests_total.
 #include <cmath>
-#include <sstream>
 
 #include "normsvc/client/client.h"
 #include "normsvc/kernels/float16.h"
 #include "normsvc/kernels/reference.h"
+#include "normsvc_server.h"
 #include "tool_runner.h"
 
 namespace normsvc::testing {
 namespace {
 
-const std::string kServer = NORMSVC_SERVER_PATH;
-
 class ServerToolsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    port_ = PickFreePort();
-    metrics_port_ = PickFreePort();
-    server_ = new ChildProcess(
-        {kServer, "--grpc_address=127.0.0.1:" + std::to_string(port_),
-         "--metrics_address=127.0.0.1:" + std::to_string(metrics_port_), "--backend=cpu"},
-        dir_->File("normsvc.log"));
-    ready_ = WaitForPort(port_, std::chrono::seconds(30)) &&
-             WaitForPort(metrics_port_, std::chrono::seconds(10));
+    server_ = new NormsvcServer(*dir_, "normsvc");
   }
   static void TearDownTestSuite() {
-    const int status = server_->Stop(SIGTERM, std::chrono::seconds(30));
-    EXPECT_EQ(status, 0) << server_->Log();
-    delete server_;
+    delete server_;  // stops it (SIGTERM) and expects exit status 0
     delete dir_;
   }
-  void SetUp() override { ASSERT_TRUE(ready_) << "normsvc did not start:\n" << server_->Log(); }
+  void SetUp() override { ASSERT_TRUE(server_->ready()) << server_->Log(); }
 
-  static std::string Target() { return "127.0.0.1:" + std::to_string(port_); }
+  static std::string Target() { return server_->target(); }
   std::vector<std::string> Normctl(std::vector<std::string> args) {
     args.insert(args.begin(), kNormctl);
     args.push_back("--target=" + Target());
     args.push_back("--wait_for_ready");
     return args;
   }
-  // normsvc_requests_total summed over series whose labels include `labels`.
   static double RequestsTotal(const std::string& labels) {
-    const std::string metrics = HttpGet(metrics_port_, "/metrics");
-    double total = 0;
-    std::istringstream lines(metrics);
-    std::string line;
-    while (std::getline(lines, line)) {
-      if (line.rfind("normsvc_requests_total{", 0) != 0) continue;
-      const size_t close = line.find('}');
-      if (line.substr(0, close).find(labels) == std::string::npos) continue;
-      total += std::stod(line.substr(close + 1));
-    }
-    return total;
+    return server_->RequestsTotal({labels});
   }
 
   static TempDir* dir_;
-  static ChildProcess* server_;
-  static int port_, metrics_port_;
-  static bool ready_;
+  static NormsvcServer* server_;
   std::mt19937 rng_{std::random_device{}()};
 };
 TempDir* ServerToolsTest::dir_ = nullptr;
-ChildProcess* ServerToolsTest::server_ = nullptr;
-int ServerToolsTest::port_ = 0;
-int ServerToolsTest::metrics_port_ = 0;
-bool ServerToolsTest::ready_ = false;
+NormsvcServer* ServerToolsTest::server_ = nullptr;
 
 std::vector<double> Load(const std::string& path, std::vector<int64_t>* shape = nullptr) {
   absl::StatusOr<client::NpyArray> array = client::ReadNpyFile(path);
