@@ -12,7 +12,7 @@
 
 namespace normsvc::server {
 
-void KserveInference::RunInference(const inference::ModelInferRequest* request,
+void KserveInference::RunInference(inference::ModelInferRequest* request,
                                    inference::ModelInferResponse* response, absl::Time deadline) {
   request_ = request;
   response_ = response;

@@ -31,11 +31,12 @@ class KserveInference : public TaskSink {
   KserveInference(ServiceContext& service, KserveStatistics& statistics, Method method)
       : service_(service), statistics_(statistics), method_(method) {}
 
-  // Runs `request` into `response` (both outlive the run). Exactly one
+  // Runs `request` into `response` (both outlive the run); the request's
+  // raw input bytes move into the run (ToNormalizeRequest). Exactly one
   // OnInferenceDone follows, inline or from a batch worker thread. One run
   // at a time per object.
-  void RunInference(const inference::ModelInferRequest* request,
-                    inference::ModelInferResponse* response, absl::Time deadline);
+  void RunInference(inference::ModelInferRequest* request, inference::ModelInferResponse* response,
+                    absl::Time deadline);
 
   bool IsCancelled() const final { return cancelled_.load(std::memory_order_relaxed); }
   void OnTaskExecuted(const BatchExecution& execution) final { timing_.execution = execution; }
@@ -55,7 +56,7 @@ class KserveInference : public TaskSink {
   ServiceContext& service_;
   KserveStatistics& statistics_;
   const Method method_;
-  const inference::ModelInferRequest* request_ = nullptr;
+  inference::ModelInferRequest* request_ = nullptr;
   inference::ModelInferResponse* response_ = nullptr;
   std::string model_name_;
   KserveModel model_;

@@ -20,7 +20,7 @@ absl::Status InputError(const InputTensor& input, absl::string_view what) {
 }
 
 // Fills `tensor` from input `index` of `request`.
-absl::Status ReadInput(const inference::ModelInferRequest& request, int index, v1::Tensor* tensor) {
+absl::Status ReadInput(inference::ModelInferRequest& request, int index, v1::Tensor* tensor) {
   const InputTensor& input = request.inputs(index);
   const std::optional<kernels::DType> dtype = KserveDatatypeFromName(input.datatype());
   if (!dtype.has_value()) {
@@ -36,7 +36,7 @@ absl::Status ReadInput(const inference::ModelInferRequest& request, int index, v
                          typed.fp64_contents_size() > 0 || typed.bytes_contents_size() > 0;
   if (request.raw_input_contents_size() > 0) {
     if (has_typed) return InputError(input, "has contents although raw_input_contents is used");
-    tensor->set_data(request.raw_input_contents(index));
+    tensor->set_data(std::move(*request.mutable_raw_input_contents(index)));
     return absl::OkStatus();
   }
   if (*dtype != kernels::DType::kF32) {
@@ -87,7 +87,7 @@ absl::Status ReadEpsilon(const inference::ModelInferRequest& request, float* eps
 
 }  // namespace
 
-absl::Status ToNormalizeRequest(const KserveModel& model, const inference::ModelInferRequest& in,
+absl::Status ToNormalizeRequest(const KserveModel& model, inference::ModelInferRequest& in,
                                 v1::NormalizeRequest* out) {
   out->set_op(model.op == kernels::NormOp::kLayerNorm ? v1::LAYER_NORM : v1::RMS_NORM);
   if (in.raw_input_contents_size() > 0 && in.raw_input_contents_size() != in.inputs_size()) {

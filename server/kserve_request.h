@@ -18,8 +18,11 @@
 
 namespace normsvc::server {
 
-// INVALID_ARGUMENT names the offending input, parameter or output.
-absl::Status ToNormalizeRequest(const KserveModel& model, const inference::ModelInferRequest& in,
+// INVALID_ARGUMENT names the offending input, parameter or output. The
+// raw_input_contents are moved into `out`, not copied (a request is held
+// once, not twice): `in` keeps its inputs' names, shapes and datatypes, and
+// its raw_input_contents entries are left empty.
+absl::Status ToNormalizeRequest(const KserveModel& model, inference::ModelInferRequest& in,
                                 v1::NormalizeRequest* out);
 
 // An edge-validation error of the translated request in the protocol's

@@ -203,7 +203,10 @@ void FuzzInfer(const ModelInferRequest& request, const Fixture& f, const Request
   }
   CheckModel(*model, request, *f.store);
   v1::NormalizeRequest out;
-  if (absl::Status status = ToNormalizeRequest(*model, request, &out); !status.ok()) {
+  // The translation moves the raw contents out: a copy keeps `request`
+  // whole for the checks.
+  ModelInferRequest translated = request;
+  if (absl::Status status = ToNormalizeRequest(*model, translated, &out); !status.ok()) {
     Require(absl::IsInvalidArgument(status), "translation code");
     return Report(status);
   }

@@ -97,15 +97,18 @@ TEST_F(KserveMappingTest, RawAndTypedFp32ContentsGiveTheSameTensor) {
 TEST_F(KserveMappingTest, HalfPrecisionRawBytesPassThroughWithTheirDtype) {
   ModelInferRequest request;
   AddInput(request, "INPUT", "BF16", {2, 4});
-  request.add_raw_input_contents(
-      std::string("\x01\x02\x03\x04\x05\x06\x07\x08"
-                  "\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10",
-                  16));
+  const std::string bytes(
+      "\x01\x02\x03\x04\x05\x06\x07\x08"
+      "\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10",
+      16);
+  request.add_raw_input_contents(bytes);
   v1::NormalizeRequest out;
   ASSERT_TRUE(ToNormalizeRequest(rmsnorm_, request, &out).ok());
   EXPECT_EQ(out.op(), v1::RMS_NORM);
   EXPECT_EQ(out.input().dtype(), v1::BF16);
-  EXPECT_EQ(out.input().data(), request.raw_input_contents(0));
+  EXPECT_EQ(out.input().data(), bytes);
+  // Moved, not copied: the request holds the bytes no more.
+  EXPECT_TRUE(request.raw_input_contents(0).empty());
   EXPECT_FLOAT_EQ(out.epsilon(), kDefaultEpsilon);
 }
 
