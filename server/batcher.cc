@@ -31,6 +31,8 @@ absl::Status Batcher::Schedule(std::unique_ptr<Task>& task) {
     rejections_.deadline_exceeded->Increment();
     return absl::DeadlineExceededError("the deadline passed before the request was queued");
   }
+  absl::MutexLock lock(&mutex_);
+  if (closed_) return absl::UnavailableError("server is shutting down");
   if (budget_ != nullptr && task->memory_bytes() > budget_->limit()) {
     // No amount of waiting makes room: refuse it as the limit it exceeds,
     // not as a retryable shortage.
@@ -39,8 +41,6 @@ absl::Status Batcher::Schedule(std::unique_ptr<Task>& task) {
         " bytes of server memory (its input and output), more than --max_queued_bytes (",
         budget_->limit(), ") allows any request"));
   }
-  absl::MutexLock lock(&mutex_);
-  if (closed_) return absl::UnavailableError("server is shutting down");
   if (static_cast<int64_t>(queue_.size()) >= options_.max_queue_size) {
     rejections_.queue_full->Increment();
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -53,7 +53,7 @@ absl::Status Batcher::Schedule(std::unique_ptr<Task>& task) {
                      " bytes held by accepted requests (--max_queued_bytes); retry later"));
   }
   task->enqueued_at = now;
-  earliest_deadline_ = std::min(earliest_deadline_, task->deadline);
+  deadlines_.insert(task->deadline);
   queued_rows_ += task->rows;
   queued_bytes_ += task->input_bytes;
   queued_staging_ += task->staging_bytes;
@@ -66,20 +66,26 @@ absl::Status Batcher::Schedule(std::unique_ptr<Task>& task) {
   return absl::OkStatus();
 }
 
-std::unique_ptr<Task> Batcher::PopLocked() { return RemoveLocked(queue_.begin()); }
-
-std::unique_ptr<Task> Batcher::RemoveLocked(std::deque<std::unique_ptr<Task>>::iterator at) {
-  std::unique_ptr<Task> task = std::move(*at);
-  queue_.erase(at);
-  if (queue_.empty()) earliest_deadline_ = absl::InfiniteFuture();
-  queued_rows_ -= task->rows;
-  queued_bytes_ -= task->input_bytes;
-  queued_staging_ -= task->staging_bytes;
-  pending_requests_.fetch_sub(1, std::memory_order_relaxed);
-  pending_rows_.fetch_sub(task->rows, std::memory_order_relaxed);
-  metrics_.pending_requests->Decrement();
-  metrics_.pending_rows->Decrement(static_cast<double>(task->rows));
+std::unique_ptr<Task> Batcher::PopLocked() {
+  std::unique_ptr<Task> task = std::move(queue_.front());
+  queue_.pop_front();
+  ForgetLocked(*task);
   return task;
+}
+
+void Batcher::ForgetLocked(const Task& task) {
+  deadlines_.erase(deadlines_.find(task.deadline));
+  queued_rows_ -= task.rows;
+  queued_bytes_ -= task.input_bytes;
+  queued_staging_ -= task.staging_bytes;
+  pending_requests_.fetch_sub(1, std::memory_order_relaxed);
+  pending_rows_.fetch_sub(task.rows, std::memory_order_relaxed);
+  metrics_.pending_requests->Decrement();
+  metrics_.pending_rows->Decrement(static_cast<double>(task.rows));
+}
+
+absl::Time Batcher::EarliestDeadlineLocked() const {
+  return deadlines_.empty() ? absl::InfiniteFuture() : *deadlines_.begin();
 }
 
 bool Batcher::HeldForOverlapLocked() const {
@@ -103,9 +109,9 @@ absl::Time Batcher::NextReadyTimeLocked() const {
   // Deadlines count too: a request that expires while it waits for its
   // batch is answered when it expires, not when the batch closes.
   // Held: only BatchDone or a Schedule can make it ready, and both signal.
-  if (HeldForOverlapLocked()) return earliest_deadline_;
+  if (HeldForOverlapLocked()) return EarliestDeadlineLocked();
   if (ReadyLocked(absl::InfinitePast())) return absl::InfinitePast();
-  return std::min(queue_.front()->enqueued_at + options_.max_queue_delay, earliest_deadline_);
+  return std::min(queue_.front()->enqueued_at + options_.max_queue_delay, EarliestDeadlineLocked());
 }
 
 absl::Time Batcher::NextReadyTime() const {
@@ -132,26 +138,28 @@ void Batcher::PruneHeadLocked(absl::Time now, std::vector<Dropped>* dropped) {
 }
 
 void Batcher::PruneExpiredLocked(absl::Time now, std::vector<Dropped>* dropped) {
-  if (now < earliest_deadline_) return;
-  earliest_deadline_ = absl::InfiniteFuture();
-  for (auto it = queue_.begin(); it != queue_.end();) {
+  if (now < EarliestDeadlineLocked()) return;
+  // One pass: the tasks kept move up over those dropped, in order.
+  auto kept = queue_.begin();
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
     if ((*it)->deadline <= now) {
       rejections_.deadline_exceeded->Increment();
-      const size_t index = static_cast<size_t>(it - queue_.begin());
-      dropped->push_back(
-          {RemoveLocked(it),
-           absl::DeadlineExceededError("the deadline passed while the request was queued")});
-      it = queue_.begin() + static_cast<std::ptrdiff_t>(index);
+      ForgetLocked(**it);
+      dropped->push_back({std::move(*it), absl::DeadlineExceededError(
+                                              "the deadline passed while the request was queued")});
     } else {
-      earliest_deadline_ = std::min(earliest_deadline_, (*it)->deadline);
-      ++it;
+      if (kept != it) *kept = std::move(*it);
+      ++kept;
     }
   }
+  queue_.erase(kept, queue_.end());
 }
 
 std::optional<Batch> Batcher::TakeLocked(absl::Time now, std::vector<Dropped>* dropped) {
-  PruneExpiredLocked(now, dropped);
+  // The head first: with one timeout for all, expired tasks are there, and
+  // the whole queue is scanned only when one expired further back.
   PruneHeadLocked(now, dropped);
+  PruneExpiredLocked(now, dropped);
   if (!ReadyLocked(now)) return std::nullopt;
   Batch batch;
   auto add = [&](std::unique_ptr<Task> task) {

@@ -5,7 +5,8 @@
 // - Schedule(task) never blocks. On OK the batcher owns the task and
 //   guarantees it is finished exactly once (Finish). On error the caller
 //   keeps it: RESOURCE_EXHAUSTED when the queue holds max_queue_size tasks
-//   or the server's byte budget is spent, DEADLINE_EXCEEDED when the task's
+//   or the server's byte budget is spent, INVALID_ARGUMENT when the task
+//   alone needs more than the whole budget, DEADLINE_EXCEEDED when its
 //   deadline has already passed, UNAVAILABLE once closed.
 // - A batch closes when it reaches max_batch_rows, max_batch_bytes (input
 //   bytes), the executor's staging capacity or max_batch_tasks, or when its
@@ -36,6 +37,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -83,9 +85,11 @@ class Batcher {
   // The next batch if one is ready at clock() (it drops cancelled and
   // expired tasks from the head first); nullopt otherwise.
   std::optional<Batch> TryTakeBatch();
-  // When the head batch becomes ready if nothing else arrives;
-  // InfiniteFuture when the queue is empty or held (overlap_min_bytes: only
-  // BatchDone or more requests release it).
+  // When the head batch becomes ready if nothing else arrives, or the
+  // earliest deadline of a queued task if that comes first (the worker
+  // answers it then); when the queue is empty or held (overlap_min_bytes:
+  // only BatchDone or more requests release it), the earliest deadline, or
+  // InfiniteFuture when there is none.
   absl::Time NextReadyTime() const;
 
   // Blocks until a batch is ready and returns it; nullopt once closed and
@@ -124,14 +128,14 @@ class Batcher {
   bool HeldForOverlapLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::Time NextReadyTimeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   std::unique_ptr<Task> PopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // Removes the task at `at` from the queue and its counts.
-  std::unique_ptr<Task> RemoveLocked(std::deque<std::unique_ptr<Task>>::iterator at)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Takes a task leaving the queue out of its counts and deadlines_.
+  void ForgetLocked(const Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  absl::Time EarliestDeadlineLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Drops cancelled/expired tasks at the head into `dropped`.
   void PruneHeadLocked(absl::Time now, std::vector<Dropped>* dropped)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // Once `now` reaches earliest_deadline_: drops every expired task,
-  // wherever it is queued, into `dropped`, and renews earliest_deadline_.
+  // Once `now` reaches the earliest deadline: drops every expired task,
+  // wherever it is queued, into `dropped`.
   void PruneExpiredLocked(absl::Time now, std::vector<Dropped>* dropped)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   std::optional<Batch> TakeLocked(absl::Time now, std::vector<Dropped>* dropped)
@@ -156,10 +160,9 @@ class Batcher {
   bool flushing_ ABSL_GUARDED_BY(mutex_) = false;
   bool closed_ ABSL_GUARDED_BY(mutex_) = false;
   int64_t running_batches_ ABSL_GUARDED_BY(mutex_) = 0;  // taken, BatchDone not yet called
-  // At or before the earliest deadline of a queued task (exact after each
-  // PruneExpiredLocked; a task taken since may have held it): workers wake
-  // by then to answer a request that expires while it waits, wherever it is.
-  absl::Time earliest_deadline_ ABSL_GUARDED_BY(mutex_) = absl::InfiniteFuture();
+  // The deadlines of the queued tasks: workers wake at the earliest to
+  // answer a request that expires while it waits, wherever it is queued.
+  std::multiset<absl::Time> deadlines_ ABSL_GUARDED_BY(mutex_);
   std::atomic<int64_t> pending_requests_{0};
   std::atomic<int64_t> pending_rows_{0};
   // At most one waiting worker spins (BatcherOptions::idle_spin).

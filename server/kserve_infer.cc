@@ -13,7 +13,8 @@
 namespace normsvc::server {
 
 void KserveInference::RunInference(inference::ModelInferRequest* request,
-                                   inference::ModelInferResponse* response, absl::Time deadline) {
+                                   inference::ModelInferResponse* response, absl::Time deadline,
+                                   const absl::Status& received) {
   request_ = request;
   response_ = response;
   timing_ = KserveInferTiming{};
@@ -32,6 +33,7 @@ void KserveInference::RunInference(inference::ModelInferRequest* request,
     return Complete(ShuttingDown());
   }
   entered_ = true;
+  if (!received.ok()) return Complete(received);
   absl::StatusOr<KserveModel> model =
       ResolveKserveModel(request->model_name(), request->model_version(), *service_.store);
   if (!model.ok()) return Complete(model.status());
@@ -90,11 +92,8 @@ class KserveInferCall final : public grpc::ServerUnaryReactor, public KserveInfe
   }
 
   // Runs the request, or answers at once when it did not parse.
-  void Start(ServiceContext& service, absl::Time deadline) {
-    if (parsed_.ok()) return RunInference(&request_message_, &response_message_, deadline);
-    service.metrics->RecordRequest(Method::kModelInfer, std::nullopt, std::nullopt, parsed_.code(),
-                                   0, 0.0);
-    OnInferenceDone(parsed_);
+  void Start(absl::Time deadline) {
+    RunInference(&request_message_, &response_message_, deadline, parsed_);
   }
 
   void OnCancel() override {
@@ -147,7 +146,7 @@ grpc::ServerUnaryReactor* StartKserveModelInfer(ServiceContext& service,
                                                 const grpc::ByteBuffer* request,
                                                 grpc::ByteBuffer* response) {
   auto* call = new KserveInferCall(service, statistics, request, response);
-  call->Start(service, DeadlineOf(context->deadline()));
+  call->Start(DeadlineOf(context->deadline()));
   return call;
 }
 

@@ -32,11 +32,13 @@ class KserveInference : public TaskSink {
       : service_(service), statistics_(statistics), method_(method) {}
 
   // Runs `request` into `response` (both outlive the run); the request's
-  // raw input bytes move into the run (ToNormalizeRequest). Exactly one
-  // OnInferenceDone follows, inline or from a batch worker thread. One run
-  // at a time per object.
+  // raw input bytes move into the run (ToNormalizeRequest). `received` not
+  // OK: the request's bytes did not parse, and the run answers that (after
+  // the drain gate, as every request). Exactly one OnInferenceDone
+  // follows, inline or from a batch worker thread. One run at a time per
+  // object.
   void RunInference(inference::ModelInferRequest* request, inference::ModelInferResponse* response,
-                    absl::Time deadline);
+                    absl::Time deadline, const absl::Status& received = absl::OkStatus());
 
   bool IsCancelled() const final { return cancelled_.load(std::memory_order_relaxed); }
   void OnTaskExecuted(const BatchExecution& execution) final { timing_.execution = execution; }

@@ -36,7 +36,9 @@ absl::Status ReadInput(inference::ModelInferRequest& request, int index, v1::Ten
                          typed.fp64_contents_size() > 0 || typed.bytes_contents_size() > 0;
   if (request.raw_input_contents_size() > 0) {
     if (has_typed) return InputError(input, "has contents although raw_input_contents is used");
-    tensor->set_data(std::move(*request.mutable_raw_input_contents(index)));
+    // Swapped into the emptied tensor: the request's entry is left empty.
+    tensor->clear_data();
+    tensor->mutable_data()->swap(*request.mutable_raw_input_contents(index));
     return absl::OkStatus();
   }
   if (*dtype != kernels::DType::kF32) {

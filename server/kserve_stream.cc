@@ -23,9 +23,7 @@ using StreamReactor = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer
 class KserveStreamCall final : public StreamReactor, public KserveInference, public DrainableCall {
  public:
   KserveStreamCall(ServiceContext& service, KserveStatistics& statistics, CallRegistry& registry)
-      : KserveInference(service, statistics, Method::kModelStreamInfer),
-        metrics_(*service.metrics),
-        registry_(registry) {}
+      : KserveInference(service, statistics, Method::kModelStreamInfer), registry_(registry) {}
 
   void Begin() {
     started_.store(true, std::memory_order_release);  // see started_
@@ -55,12 +53,12 @@ class KserveStreamCall final : public StreamReactor, public KserveInference, pub
     ++messages_read_;
     // On failure request_ is left empty: what parsed before the fault, echoed
     // in the reply, could make the reply fail to parse at the client too.
-    if (!ParseMessageBytes(&received_, &request_).ok()) {
-      RecordMalformed();
-      return OnInferenceDone(absl::InvalidArgumentError(
-          absl::StrCat("stream message ", messages_read_, " is not a valid ModelInferRequest")));
+    absl::Status received = ParseMessageBytes(&received_, &request_);
+    if (!received.ok()) {
+      received = absl::InvalidArgumentError(
+          absl::StrCat("stream message ", messages_read_, " is not a valid ModelInferRequest"));
     }
-    RunInference(&request_, reply_.mutable_infer_response(), absl::InfiniteFuture());
+    RunInference(&request_, reply_.mutable_infer_response(), absl::InfiniteFuture(), received);
   }
 
   void OnWriteDone(bool ok) override {
@@ -129,13 +127,6 @@ class KserveStreamCall final : public StreamReactor, public KserveInference, pub
     StartWrite(&reply_bytes_);
   }
 
-  // A message that did not parse: counted as a request refused at the edge.
-  void RecordMalformed() {
-    metrics_.RecordRequest(Method::kModelStreamInfer, std::nullopt, std::nullopt,
-                           absl::StatusCode::kInvalidArgument, 0, 0.0);
-  }
-
-  ServiceMetrics& metrics_;
   CallRegistry& registry_;
   // The handler thread releases this object (its mutex included) to gRPC's
   // threads, which acquire it in each reaction. gRPC orders the two in its

@@ -211,6 +211,16 @@ void FuzzInfer(const ModelInferRequest& request, const Fixture& f, const Request
     return Report(status);
   }
   CheckTranslation(*model, request, out);
+  // What the server reads after the translation is still there; the raw
+  // bytes are not (moved into `out`).
+  Require(translated.id() == request.id() && translated.model_name() == request.model_name() &&
+              translated.inputs_size() == request.inputs_size() &&
+              translated.outputs_size() == request.outputs_size() &&
+              translated.raw_input_contents_size() == request.raw_input_contents_size(),
+          "translation keeps the request's names and entries");
+  for (const std::string& raw : translated.raw_input_contents()) {
+    Require(raw.empty(), "raw contents moved out");
+  }
   absl::StatusOr<ForwardPlan> plan = ValidateNormalize(out, limits, *f.store);
   if (!plan.ok()) {
     // The set named by a resolved model exists: NOT_FOUND cannot come here.
@@ -226,7 +236,7 @@ void FuzzInfer(const ModelInferRequest& request, const Fixture& f, const Request
   CheckPlan(*plan, *model, out);
   Require(plan->input.bytes <= limits.max_request_bytes, "request bytes limit");
   Require(plan->input.rows <= limits.max_request_rows, "request rows limit");
-  CheckTaskAndReply(*plan, *model, request, out);
+  CheckTaskAndReply(*plan, *model, translated, out);  // as the server replies
 }
 
 // ---- Seed corpus.

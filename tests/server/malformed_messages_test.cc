@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "server/metrics.h"
 #include "test_support.h"
 
 namespace normsvc::server::testing {
@@ -90,7 +91,7 @@ TEST_F(MalformedMessagesTest, StreamEndsInvalidArgumentAtTheMessageThatDoesNotPa
 TEST_F(MalformedMessagesTest, UnaryRequestsThatDoNotParseAreInvalidArgumentOnEveryMethod) {
   const std::string truncated("\x08", 1);
   const std::pair<const char*, const char*> methods[] = {
-      {"/normsvc.v1.Normalizer/Normalize", ""},
+      {"/normsvc.v1.Normalizer/Normalize", "normsvc.v1.NormalizeRequest"},
       {"/normsvc.v1.Normalizer/NormalizeBackward", "normsvc.v1.NormalizeBackwardRequest"},
       {"/normsvc.v1.Normalizer/RegisterParameters", "normsvc.v1.RegisterParametersRequest"},
       {"/normsvc.v1.Normalizer/DeleteParameters", "normsvc.v1.DeleteParametersRequest"},
@@ -106,6 +107,14 @@ TEST_F(MalformedMessagesTest, UnaryRequestsThatDoNotParseAreInvalidArgumentOnEve
     EXPECT_NE(status.error_message().find(type), std::string::npos)
         << method << ": " << status.error_message();
     EXPECT_TRUE(reply.empty()) << method;
+    // Counted under its method, as any request refused at the edge.
+    const std::string name = std::string(method).substr(std::string(method).rfind('/') + 1);
+    EXPECT_EQ(
+        SeriesValue(
+            *server_->metrics().registry(), "normsvc_requests_total",
+            {{"method", name}, {"op", "none"}, {"dtype", "none"}, {"code", "INVALID_ARGUMENT"}}),
+        std::optional<double>(1))
+        << method;
   }
   // The same methods still answer well-formed requests, with their bytes.
   v1::GetServerInfoResponse info;
