@@ -47,6 +47,9 @@ class Engine : public StreamSink {
   void Start(Slot* slot);  // picks a kind and sends; slot->start is set
   void Complete(Slot* slot, int method, grpc::StatusCode code, const std::string& message,
                 uint64_t bytes_received, const std::string& verify_error);
+  // A slot's request is answered (or failed): counts it out of in_flight_
+  // and hands the slot on (AfterCompletion), in the order Run()'s end needs.
+  void Answered(Slot* slot);
   void AfterCompletion(Slot* slot);
   void SenderLoop(int sender);
   void ServiceDeferred();
@@ -150,11 +153,11 @@ void Engine::Start(Slot* slot) {
     if (!streams_->Send(stream, slot, /*may_reopen=*/Clock::now() < end_)) {
       Complete(slot, kMethodNormalizeStream, grpc::StatusCode::UNAVAILABLE, "stream ended", 0, "");
       // A broken stream takes its slots out of the loop instead of spinning.
-      in_flight_.fetch_sub(1);
       if (options_.mode == LoopMode::kClosed) {
-        retired_.fetch_add(1);
+        in_flight_.fetch_sub(1);
+        retired_.fetch_add(1);  // the last touch: Run() may end after it
       } else {
-        AfterCompletion(slot);
+        Answered(slot);
       }
     }
     return;
@@ -197,8 +200,7 @@ void Engine::OnUnaryDone(Slot* slot, const grpc::Status& status) {
     }
   }
   Complete(slot, method, status.error_code(), status.error_message(), bytes, verify_error);
-  in_flight_.fetch_sub(1, std::memory_order_relaxed);
-  AfterCompletion(slot);
+  Answered(slot);
 }
 
 void Engine::OnStreamResponse(const v1::NormalizeStreamResponse& response) {
@@ -221,8 +223,7 @@ void Engine::OnStreamResponse(const v1::NormalizeStreamResponse& response) {
     }
     Complete(slot, kMethodNormalizeStream, grpc::StatusCode::OK, "", bytes, verify_error);
   }
-  in_flight_.fetch_sub(1, std::memory_order_relaxed);
-  AfterCompletion(slot);
+  Answered(slot);
 }
 
 void Engine::OnStreamEnded(StreamConnection* stream, const grpc::Status& status) {
@@ -233,9 +234,8 @@ void Engine::OnStreamEnded(StreamConnection* stream, const grpc::Status& status)
     const grpc::StatusCode code = status.ok() ? grpc::StatusCode::INTERNAL : status.error_code();
     Complete(slot.get(), kMethodNormalizeStream, code,
              status.ok() ? "stream ended before answering" : status.error_message(), 0, "");
-    in_flight_.fetch_sub(1);
     // The slot goes on: its next request reopens the stream (StreamPool).
-    AfterCompletion(slot.get());
+    Answered(slot.get());
   }
 }
 
@@ -287,6 +287,20 @@ void Engine::Complete(Slot* slot, int method, grpc::StatusCode code, const std::
       first_error_ = absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(index)),
                                   ": ", message);
     }
+  }
+}
+
+void Engine::Answered(Slot* slot) {
+  // The count that lets Run() end (in_flight_ in the open loop, retired_ in
+  // the closed one, set inside Issue) is the last thing touched here: once
+  // it moves, the engine may be destroyed. So the open loop hands the slot
+  // back to its sender before it counts the request out.
+  if (options_.mode == LoopMode::kOpen) {
+    AfterCompletion(slot);
+    in_flight_.fetch_sub(1, std::memory_order_release);
+  } else {
+    in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    AfterCompletion(slot);
   }
 }
 
@@ -368,7 +382,7 @@ void Engine::SenderLoop(int index) {
 
 bool Engine::Drained() const {
   if (options_.mode == LoopMode::kClosed) return retired_.load() == static_cast<int>(slots_.size());
-  return in_flight_.load() == 0;
+  return in_flight_.load(std::memory_order_acquire) == 0;  // see Answered
 }
 
 void Engine::PrintProgress(double elapsed_s) {
