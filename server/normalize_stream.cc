@@ -57,13 +57,16 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     Actions actions;
     {
       absl::MutexLock lock(&mutex_);
-      read_pending_ = false;
       std::unique_ptr<Item> read = std::move(reading_);
       if (ok && !finished_) {
+        // read_pending_ stays set until the message is parsed: no other
+        // reaction may start the next read before this one is known to be a
+        // request (a malformed one stops the reading).
         item = std::move(read);
         ++outstanding_;
         message_number = ++messages_read_;
       } else {
+        read_pending_ = false;
         if (!ok) half_closed_ = true;
         DecideFinishLocked(&actions);
       }
@@ -77,6 +80,7 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
         RecordMalformed();
       }
       absl::MutexLock lock(&mutex_);
+      read_pending_ = false;
       if (!parsed) {
         --outstanding_;
         malformed_ = absl::InvalidArgumentError(absl::StrCat(
