@@ -15,31 +15,10 @@
 namespace normsvc::testing {
 namespace {
 
-class NormctlServerTest : public ::testing::Test {
+class NormctlServerTest : public ServerSuiteTest<NormctlServerTest> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    server_ = new NormsvcServer(*dir_, "normsvc");
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    delete dir_;
-  }
-  void SetUp() override { ASSERT_TRUE(server_->ready()) << server_->Log(); }
-  static std::vector<std::string> Normctl(std::vector<std::string> args) {
-    args.insert(args.begin(), kNormctl);
-    args.push_back("--target=" + server_->target());
-    args.push_back("--wait_for_ready");
-    return args;
-  }
   static double Calls() { return server_->RequestsTotal({"method=\"Normalize"}); }
-
-  static TempDir* dir_;
-  static NormsvcServer* server_;
-  std::mt19937 rng_{std::random_device{}()};
 };
-TempDir* NormctlServerTest::dir_ = nullptr;
-NormsvcServer* NormctlServerTest::server_ = nullptr;
 
 client::NpyArray Load(const std::string& path) {
   absl::StatusOr<client::NpyArray> array = client::ReadNpyFile(path);

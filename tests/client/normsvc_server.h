@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 namespace normsvc::testing {
 
 inline const std::string kNormsvcServer = NORMSVC_SERVER_PATH;
+inline const std::string kNormctlProgram = NORMCTL_PATH;
 
 class NormsvcServer {
  public:
@@ -59,6 +61,36 @@ class NormsvcServer {
   int port_, metrics_port_;
   bool ready_ = false;
   std::unique_ptr<ChildProcess> process_;
+};
+
+// A test suite sharing one server: started before the suite's first test
+// and stopped (exit status 0 expected) after its last. `Suite` gives each
+// suite its own server.
+template <typename Suite>
+class ServerSuiteTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    server_ = new NormsvcServer(*dir_, "normsvc");
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override { ASSERT_TRUE(server_->ready()) << server_->Log(); }
+  // normctl's command line with `args`, aimed at the suite's server.
+  static std::vector<std::string> Normctl(std::vector<std::string> args) {
+    args.insert(args.begin(), kNormctlProgram);
+    args.push_back("--target=" + server_->target());
+    args.push_back("--wait_for_ready");
+    return args;
+  }
+
+  static inline TempDir* dir_ = nullptr;
+  static inline NormsvcServer* server_ = nullptr;
+  std::mt19937 rng_{std::random_device{}()};
 };
 
 }  // namespace normsvc::testing

@@ -12,35 +12,13 @@
 namespace normsvc::testing {
 namespace {
 
-class ServerToolsTest : public ::testing::Test {
+class ServerToolsTest : public ServerSuiteTest<ServerToolsTest> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    server_ = new NormsvcServer(*dir_, "normsvc");
-  }
-  static void TearDownTestSuite() {
-    delete server_;  // stops it (SIGTERM) and expects exit status 0
-    delete dir_;
-  }
-  void SetUp() override { ASSERT_TRUE(server_->ready()) << server_->Log(); }
-
   static std::string Target() { return server_->target(); }
-  std::vector<std::string> Normctl(std::vector<std::string> args) {
-    args.insert(args.begin(), kNormctl);
-    args.push_back("--target=" + Target());
-    args.push_back("--wait_for_ready");
-    return args;
-  }
   static double RequestsTotal(const std::string& labels) {
     return server_->RequestsTotal({labels});
   }
-
-  static TempDir* dir_;
-  static NormsvcServer* server_;
-  std::mt19937 rng_{std::random_device{}()};
 };
-TempDir* ServerToolsTest::dir_ = nullptr;
-NormsvcServer* ServerToolsTest::server_ = nullptr;
 
 std::vector<double> Load(const std::string& path, std::vector<int64_t>* shape = nullptr) {
   absl::StatusOr<client::NpyArray> array = client::ReadNpyFile(path);
