@@ -13,13 +13,16 @@
 //
 // The op, whether statistics are given, and whether every thread owns all of
 // its slots are compile-time in the row loop: the per-element work is what
-// the case needs (RMSNorm: no mean, no sum of g, no dbeta). The arithmetic is
-// BackwardRowsKernel's, operation for operation, where it matters: xhat =
-// ((x - mean_hi) - mean_lo) * rstd loses only terms that are exactly zero
-// (mean_lo with saved statistics, both means for RMSNorm), the same RowSum
-// order, the same unit partition and group combine. 16-bit dx pairs are
-// rounded by the paired conversion, which rounds each element to nearest even
-// exactly as the single one does.
+// the case needs (RMSNorm: no mean, no sum of g, no dbeta). The arithmetic
+// is BackwardRowsKernel's reordered for fewer instructions an element (this
+// kernel is bound by instruction issue at the in-block shapes): the row sum
+// of g * xhat is taken as rstd * sum(g * (x - mean)), and dx = rstd * (g -
+// mean_g - xhat * mean_gx) as g * rstd + (xhat * a + b) with a and b formed
+// once a row, so its bits are its own (reproducible run to run; the same
+// for aligned rows and for rows filled by element loads). The same RowSum
+// order, unit partition and group combine. 16-bit dx pairs are rounded by
+// the paired conversion, which rounds each element to nearest even exactly
+// as the single one does.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -160,17 +163,21 @@ __device__ __forceinline__ void StagedBackwardRows(const BackwardParams& p, cons
       mean_lo = stats.mean_lo;
       rstd = stats.rstd;
     }
-    auto xhat_of = [&](float x) {
+
+    // The centred value x - mean (x for RMSNorm), whose product with rstd is
+    // xhat.
+    auto centred = [&](float x) {
       if constexpr (!kLayerNorm) {
-        return x * rstd;
+        return x;
       } else if constexpr (kSaved) {
-        return (x - mean_hi) * rstd;
+        return x - mean_hi;
       } else {
-        return ((x - mean_hi) - mean_lo) * rstd;
+        return (x - mean_hi) - mean_lo;
       }
     };
 
-    // sum(g) (LayerNorm) and sum(g * xhat), g = dy * gamma.
+    // sum(g) (LayerNorm) and sum(g * (x - mean)), g = dy * gamma: rstd
+    // scales the second sum once a row rather than every element.
     float sums[kLayerNorm ? 2 : 1] = {};
     if (active) {
 #pragma unroll
@@ -181,16 +188,19 @@ __device__ __forceinline__ void StagedBackwardRows(const BackwardParams& p, cons
         read(use_at, k, xc, dyc);
 #pragma unroll
         for (int j = 0; j < W; ++j) {
-          const float xhat = xhat_of(PackElement(xc, j));
           const float g = PackElement(dyc, j) * gamma[k][j];
           if constexpr (kLayerNorm) sums[0] += g;
-          sums[kLayerNorm ? 1 : 0] = fmaf(g, xhat, sums[kLayerNorm ? 1 : 0]);
+          sums[kLayerNorm ? 1 : 0] =
+              fmaf(g, centred(PackElement(xc, j)), sums[kLayerNorm ? 1 : 0]);
         }
       }
     }
     RowSum<kLayerNorm ? 2 : 1>(sums, team, scratch, slot + 2);
     const float mean_g = kLayerNorm ? sums[0] / h : 0.0f;
-    const float mean_gx = sums[kLayerNorm ? 1 : 0] / h;
+    const float mean_gx = sums[kLayerNorm ? 1 : 0] * rstd / h;
+    // dx = rstd * (g - mean_g - xhat * mean_gx), as g * rstd + (xhat * a + b).
+    const float a = -mean_gx * rstd;
+    const float b = -mean_g * rstd;
     if (active) {
       T* const dx_row = dx + static_cast<int64_t>(rel) * p.dx_stride;
 #pragma unroll
@@ -203,9 +213,9 @@ __device__ __forceinline__ void StagedBackwardRows(const BackwardParams& p, cons
 #pragma unroll
         for (int j = 0; j < W; ++j) {
           const float dyv = PackElement(dyc, j);
-          const float xhat = xhat_of(PackElement(xc, j));
+          const float xhat = centred(PackElement(xc, j)) * rstd;
           const float g = dyv * gamma[k][j];
-          out[j] = fmaf(-xhat, mean_gx, kLayerNorm ? g - mean_g : g) * rstd;
+          out[j] = fmaf(g, rstd, kLayerNorm ? fmaf(xhat, a, b) : xhat * a);
           dgamma[k][j] = fmaf(dyv, xhat, dgamma[k][j]);
           if constexpr (kLayerNorm) dbeta[k][j] += dyv;
         }
