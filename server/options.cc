@@ -188,13 +188,9 @@ std::vector<FlagSpec> Flags() {
                    [](const ServerOptions& o) { return absl::StrCat(o.batches_in_flight); }});
   flags.push_back(Int64Flag(
       "overlap_min_bytes", &ServerOptions::overlap_min_bytes,
-      absl::StrCat("a second batch starts while one runs on the same executor only when this "
-                   "many input bytes are queued: small batches gain nothing from overlapping "
-                   "their copies and cost a launch each, so they wait for the running one and "
-                   "leave together (0: start one whenever a batch slot is free; -1: ",
-                   kAutoOverlapMinBytes,
-                   " on the CUDA backend, 0 on the CPU backend, whose slots each run on their "
-                   "share of the cores)")));
+      "a second batch starts while one runs on the same executor only when this many input "
+      "bytes are queued, so that small batches wait for the running one and leave together "
+      "as one launch (0: start one whenever a batch slot is free)"));
   flags.push_back(Int64Flag("staging_buffer_bytes", &ServerOptions::staging_buffer_bytes,
                             "pinned host staging (and device buffer) per in-flight batch slot"));
   flags.push_back(Int64Flag("max_stream_in_flight", &ServerOptions::max_stream_in_flight,
@@ -249,11 +245,6 @@ int64_t ResolveIdleSpinUs(int64_t requested, int usable_cpus) {
   return usable_cpus >= kAutoIdleSpinMinCpus ? kAutoIdleSpinUs : 0;
 }
 
-int64_t ResolveOverlapMinBytes(int64_t requested, std::string_view backend) {
-  if (requested >= 0) return requested;
-  return backend == "cuda" ? kAutoOverlapMinBytes : 0;
-}
-
 const char* GpuWaitName(GpuWait wait) {
   switch (wait) {
     case GpuWait::kAuto:
@@ -302,7 +293,7 @@ absl::Status ValidateOptions(const ServerOptions& o) {
            at_least("max_parameter_sets", o.max_parameter_sets, 0),
            at_least("max_parameter_bytes", o.max_parameter_bytes, 0),
            at_least("batches_in_flight", o.batches_in_flight, 1),
-           at_least("overlap_min_bytes", o.overlap_min_bytes, -1),
+           at_least("overlap_min_bytes", o.overlap_min_bytes, 0),
            at_least("staging_buffer_bytes", o.staging_buffer_bytes, kMiB),
            at_least("max_stream_in_flight", o.max_stream_in_flight, 1),
            at_least("keepalive_time_ms", o.keepalive_time_ms, 1),

@@ -98,7 +98,7 @@ v1::GetServerInfoResponse MakeServerInfo(const ServerOptions& o, const std::stri
   batching->set_max_queue_size(o.max_queue_size);
   batching->set_batches_in_flight(o.batches_in_flight);
   batching->set_idle_spin_us(o.idle_spin_us);
-  batching->set_overlap_min_bytes(ResolveOverlapMinBytes(o.overlap_min_bytes, backend));
+  batching->set_overlap_min_bytes(o.overlap_min_bytes);
   const TransportSecurity transport = RequestedTransportSecurity(o);
   v1::GetServerInfoResponse::Security* security = info.mutable_security();
   security->set_tls(transport != TransportSecurity::kPlaintext);
@@ -138,7 +138,7 @@ absl::Status Server::Start() {
   if (absl::Status status = StartMetricsEndpoint(); !status.ok()) return status;
   if (absl::Status status = StartHealthPort(); !status.ok()) return status;
   SetServing(true);
-  const int64_t overlap_min_bytes = ResolveOverlapMinBytes(options_.overlap_min_bytes, backend_);
+  const int64_t overlap_min_bytes = options_.overlap_min_bytes;
   Log(LogLevel::kInfo, "serving on port ", grpc_port_, " (",
       TransportSecurityName(RequestedTransportSecurity(options_)),
       token_auth_ != nullptr ? ", bearer token required" : "", ") with the ", backend_,
@@ -241,7 +241,7 @@ absl::Status Server::CreateExecutors() {
   batching.max_queue_delay = absl::Microseconds(options_.max_queue_delay_us);
   batching.max_queue_size = options_.max_queue_size;
   batching.idle_spin = absl::Microseconds(options_.idle_spin_us);
-  batching.overlap_min_bytes = ResolveOverlapMinBytes(options_.overlap_min_bytes, backend_);
+  batching.overlap_min_bytes = options_.overlap_min_bytes;
   budget_ = std::make_unique<MemoryBudget>(options_.max_queued_bytes);
   memory_releaser_ = std::make_unique<IdleMemoryReleaser>(
       MemoryReleaseOptions{absl::Seconds(options_.memory_release_interval_s)},

@@ -426,9 +426,8 @@ TEST_P(IntegrationTest, ServerInfoReportsBackendLimitsAndBatching) {
   EXPECT_EQ(info.batching().max_batch_rows(), 64);
   EXPECT_EQ(info.batching().max_queue_delay_us(), 200);
   EXPECT_EQ(info.batching().batches_in_flight(), 2);
-  // --overlap_min_bytes left at -1: resolved for the backend.
-  EXPECT_EQ(info.batching().overlap_min_bytes(), ResolveOverlapMinBytes(-1, info.backend()));
-  EXPECT_EQ(info.batching().overlap_min_bytes(), info.backend() == "cuda" ? 256 * 1024 : 0);
+  // --overlap_min_bytes left at its default on every backend.
+  EXPECT_EQ(info.batching().overlap_min_bytes(), 0);
   // The test server leaves --idle_spin_us at -1: resolved for this host.
   EXPECT_EQ(info.batching().idle_spin_us(), ResolveIdleSpinUs(-1, UsableCpus()));
   if (GetParam() == Backend::kCuda) {

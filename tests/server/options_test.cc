@@ -42,7 +42,7 @@ TEST(OptionsTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(o.max_parameter_sets, 1024);
   EXPECT_EQ(o.max_parameter_bytes, 1073741824);
   EXPECT_EQ(o.batches_in_flight, 2);
-  EXPECT_EQ(o.overlap_min_bytes, -1);
+  EXPECT_EQ(o.overlap_min_bytes, 0);
   EXPECT_EQ(o.idle_spin_us, -1);
   EXPECT_EQ(o.staging_buffer_bytes, 134217728);
   EXPECT_EQ(o.keepalive_time_ms, 30000);
@@ -157,7 +157,7 @@ TEST(OptionsTest, BadValuesAreErrorsNamingTheFlagOrVariable) {
       {{"--gpu_wait=poll"}, {}, "--gpu_wait: 'poll' is not one of auto, spin, block"},
       {{"--reply_threads=257"}, {}, "--reply_threads must be <= 256"},
       {{"--idle_spin_us=-2"}, {}, "--idle_spin_us must be >= -1"},
-      {{"--overlap_min_bytes=-2"}, {}, "--overlap_min_bytes must be >= -1"},
+      {{"--overlap_min_bytes=-1"}, {}, "--overlap_min_bytes must be >= 0"},
       {{"--max_hidden_size=2000000"}, {}, "--max_hidden_size must be <= 1048576"},
       {{"--log_level=loud"}, {}, "--log_level: 'loud'"},
       {{"--drain_timeout_s"}, {}, "--drain_timeout_s needs a value"},
