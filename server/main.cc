@@ -2,11 +2,14 @@
 //
 // SIGTERM or SIGINT starts a graceful stop (Server::Stop): health goes
 // NOT_SERVING, new requests get UNAVAILABLE, accepted ones complete, and
-// the process exits 0. Start-up errors exit 1; bad flags exit 2.
+// the process exits 0. Start-up errors exit 1; bad flags exit 2. A stop
+// that overruns --drain_timeout_s by kStopOverrunLimit (a batch hung on a
+// device), or a second SIGTERM or SIGINT during the stop, exits 3 at once.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,7 @@
 #include "server/log.h"
 #include "server/options.h"
 #include "server/server.h"
+#include "server/stop_watchdog.h"
 
 namespace {
 
@@ -82,18 +86,42 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  Server server(command_line->options);
-  if (absl::Status status = server.Start(); !status.ok()) {
+  auto server = std::make_unique<Server>(command_line->options);
+  if (absl::Status status = server->Start(); !status.ok()) {
     Log(LogLevel::kError, "could not start: ", status.message());
     return 1;
   }
   int signal_number = 0;
   while (sigwait(&stop_signals, &signal_number) == 0 && signal_number == SIGUSR1) {
-    server.ReleaseFreeHeapNow();  // logs and counts what it gave back
+    server->ReleaseFreeHeapNow();  // logs and counts what it gave back
   }
-  Log(LogLevel::kInfo, "received signal ", signal_number, ", draining");
-  // Requests still open at the drain timeout were cancelled; that is still
-  // an orderly stop, so the exit status is 0 either way.
-  server.Stop();
+  Log(LogLevel::kInfo, "received signal ", signal_number,
+      ", draining (a second SIGTERM or SIGINT stops at once)");
+  sigset_t second_stop_signals;
+  sigemptyset(&second_stop_signals);
+  sigaddset(&second_stop_signals, SIGTERM);
+  sigaddset(&second_stop_signals, SIGINT);
+  const absl::Duration stop_limit =
+      absl::Seconds(command_line->options.drain_timeout_s) + kStopOverrunLimit;
+  {
+    // The watch covers the Server's destruction too (executors release
+    // device memory and streams there).
+    StopWatchdog watchdog(
+        stop_limit, second_stop_signals, [stop_limit](StopWatchdog::Reason reason, int signal) {
+          if (reason == StopWatchdog::Reason::kSecondSignal) {
+            Log(LogLevel::kError, "received signal ", signal,
+                " while stopping: exiting without waiting for the stop");
+          } else {
+            Log(LogLevel::kError, "the stop did not finish within ",
+                absl::FormatDuration(stop_limit),
+                " (a batch may be hung on a device): exiting without waiting for it");
+          }
+          std::_Exit(3);
+        });
+    // Requests still open at the drain timeout were cancelled; that is still
+    // an orderly stop, so the exit status is 0 either way.
+    server->Stop();
+    server.reset();
+  }
   return 0;
 }

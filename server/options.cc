@@ -206,8 +206,11 @@ std::vector<FlagSpec> Flags() {
   flags.push_back(Int64Flag("max_connection_age_grace_ms",
                             &ServerOptions::max_connection_age_grace_ms,
                             "grace period after max connection age"));
-  flags.push_back(Int64Flag("drain_timeout_s", &ServerOptions::drain_timeout_s,
-                            "on SIGTERM: longest wait for accepted requests before exit"));
+  flags.push_back(
+      Int64Flag("drain_timeout_s", &ServerOptions::drain_timeout_s,
+                "on SIGTERM or SIGINT: longest wait for accepted requests before exit; a stop that "
+                "overruns it by 10 s (a batch hung on a device), or a second SIGTERM or "
+                "SIGINT, exits 3 at once"));
   flags.push_back(Int64Flag("drain_grace_ms", &ServerOptions::drain_grace_ms,
                             "after the drain, how long new requests still get UNAVAILABLE from "
                             "the service before gRPC shuts down"));

@@ -235,5 +235,33 @@ TEST(DrainProcessTest, SigtermWithHundredsInFlightAnswersEveryAcceptedRequest) {
             << " after " << stop_seconds << " s\n";
 }
 
+// A second SIGTERM while the stop waits (here in --drain_grace_ms, a minute)
+// ends the process at once with exit status 3, without waiting for the stop.
+TEST(DrainProcessTest, ASecondSigtermDuringTheStopExitsAtOnce) {
+  TempDir dir;
+  const int grpc_port = PickFreePort();
+  ChildProcess server(
+      {ServerBinary(), "--backend=cpu", "--grpc_address=127.0.0.1:" + std::to_string(grpc_port),
+       "--metrics_address=", "--drain_timeout_s=120", "--drain_grace_ms=60000"},
+      dir.File("normsvc.log"));
+  ASSERT_TRUE(WaitForPort(grpc_port, std::chrono::seconds(30))) << server.Log();
+  ASSERT_EQ(kill(server.pid(), SIGTERM), 0);
+  // The first signal must have been taken before the second is sent (two
+  // pending SIGTERMs are one).
+  const auto give_up = Clock::now() + std::chrono::seconds(30);
+  while (server.Log().find("draining") == std::string::npos && Clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_NE(server.Log().find("draining"), std::string::npos) << server.Log();
+  EXPECT_EQ(server.Wait(std::chrono::milliseconds(300)), -1) << "exited before the second signal";
+  const auto signalled = Clock::now();
+  ASSERT_EQ(kill(server.pid(), SIGTERM), 0);
+  const int exit_status = server.Wait(std::chrono::seconds(10));
+  EXPECT_EQ(exit_status, 3) << server.Log();
+  EXPECT_LT(Clock::now() - signalled, std::chrono::seconds(5));
+  EXPECT_NE(server.Log().find("while stopping: exiting without waiting"), std::string::npos)
+      << server.Log();
+}
+
 }  // namespace
 }  // namespace normsvc::server::testing
