@@ -71,6 +71,19 @@ CpuExecutor::CpuExecutor(const CpuExecutorOptions& options) : options_(options) 
 }
 
 BatchResult CpuExecutor::Run(const Batch& batch, int /*slot*/) {
+  try {
+    return RunOnReference(batch);
+  } catch (const std::bad_alloc&) {
+    // Gathering a batch's inputs allocates; out of memory, every task of
+    // the batch fails instead of the process.
+    BatchResult result;
+    result.statuses.assign(batch.tasks.size(),
+                           absl::ResourceExhaustedError("the CPU executor ran out of memory"));
+    return result;
+  }
+}
+
+BatchResult CpuExecutor::RunOnReference(const Batch& batch) {
   BatchResult result;
   const kernels::ReferenceOptions reference{options_.threads_per_batch};
   const auto start = std::chrono::steady_clock::now();

@@ -25,6 +25,9 @@ class CpuExecutor final : public Executor {
   bool healthy() const override { return true; }
 
  private:
+  // Run's work; std::bad_alloc may leave it (Run turns it into statuses).
+  BatchResult RunOnReference(const Batch& batch);
+
   CpuExecutorOptions options_;
   DeviceDescription device_;
 };

@@ -9,6 +9,7 @@
 
 #include "normsvc/kernels/float16.h"
 #include "row_codec.h"
+#include "run_tasks.h"
 
 // Speed without changing a bit: every element goes through the same double
 // operations, and every sum adds the same terms in the same order, as the
@@ -27,6 +28,7 @@ namespace {
 using detail::DecodeRow;
 using detail::EncodeRow;
 using detail::LoadElement;
+using detail::RunTasks;
 using detail::StoreElement;
 using detail::WithDType;
 
@@ -48,15 +50,8 @@ int ThreadCount(const ReferenceOptions& options, int64_t elements) {
   return static_cast<int>(std::min<int64_t>(limit, wanted));
 }
 
-// Runs body(t) for every t in [0, tasks), task 0 on the calling thread and
-// each other one on a thread of its own.
-template <typename Body>
-void RunTasks(int tasks, const Body& body) {
-  std::vector<std::thread> workers;
-  workers.reserve(tasks > 1 ? tasks - 1 : 0);
-  for (int t = 1; t < tasks; ++t) workers.emplace_back([&body, t] { body(t); });
-  if (tasks > 0) body(0);
-  for (std::thread& worker : workers) worker.join();
+Status OutOfMemory() {
+  return Status(Code::kResourceExhausted, "the reference kernels ran out of memory");
 }
 
 // v[i] = (v[i] + residual[i]) rounded to `dtype` (the sum the contract
@@ -402,23 +397,28 @@ Status ReferenceForward(const ForwardSegment* segments, int count,
   int64_t elements = 0;
   for (int i = 0; i < count; ++i) elements += segments[i].rows * segments[i].hidden;
   if (elements == 0) return Status::Ok();
-  const std::vector<std::vector<RowRange>> work =
-      SplitRows(segments, count, ThreadCount(options, elements), elements);
-  RunTasks(static_cast<int>(work.size()), [&](int t) {
-    // One scratch allocation a thread, left uninitialized (every row writes
-    // it before reading).
-    int64_t row_doubles = 0;
-    for (const RowRange& range : work[t]) {
-      row_doubles = std::max(row_doubles, ForwardScratch(segments[range.segment]));
-    }
-    const std::unique_ptr<double[]> scratch(new double[kInterleavedRows * row_doubles]);
-    ForwardThreadRows(segments, work[t], row_doubles, scratch.get());
-  });
-  return Status::Ok();
+  try {
+    const std::vector<std::vector<RowRange>> work =
+        SplitRows(segments, count, ThreadCount(options, elements), elements);
+    return RunTasks(static_cast<int>(work.size()), [&](int t) {
+      // One scratch allocation a thread, left uninitialized (every row writes
+      // it before reading).
+      int64_t row_doubles = 0;
+      for (const RowRange& range : work[t]) {
+        row_doubles = std::max(row_doubles, ForwardScratch(segments[range.segment]));
+      }
+      const std::unique_ptr<double[]> scratch(new double[kInterleavedRows * row_doubles]);
+      ForwardThreadRows(segments, work[t], row_doubles, scratch.get());
+    });
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory();
+  }
 }
 
-Status ReferenceBackward(const BackwardArgs& a, const ReferenceOptions& options) {
-  if (Status st = ValidateBackwardArgs(a); !st.ok()) return st;
+namespace {
+
+// ReferenceBackward after validation; std::bad_alloc may leave it.
+Status ReferenceBackwardValidated(const BackwardArgs& a, const ReferenceOptions& options) {
   const int64_t h = a.hidden;
   const std::vector<double> gamma = DecodeParam(a.gamma, a.param_dtype, h);
   const int threads = ThreadCount(options, a.rows * h);
@@ -427,12 +427,13 @@ Status ReferenceBackward(const BackwardArgs& a, const ReferenceOptions& options)
   const int64_t chunks = a.rows == 0 ? 0 : (a.rows + chunk - 1) / chunk;
   std::vector<double> dgamma_parts(a.dgamma != nullptr ? chunks * h : 0, 0.0);
   std::vector<double> dbeta_parts(a.dbeta != nullptr ? chunks * h : 0, 0.0);
-  RunTasks(static_cast<int>(chunks), [&](int part) {
+  const Status status = RunTasks(static_cast<int>(chunks), [&](int part) {
     const int64_t begin = part * chunk;
     BackwardRows(a, DataOrNull(gamma), begin, std::min(a.rows, begin + chunk),
                  a.dgamma != nullptr ? dgamma_parts.data() + part * h : nullptr,
                  a.dbeta != nullptr ? dbeta_parts.data() + part * h : nullptr);
   });
+  if (!status.ok()) return status;
   for (int64_t i = 0; i < h; ++i) {
     double dgamma = 0.0, dbeta = 0.0;
     for (int64_t p = 0; p < chunks; ++p) {
@@ -443,6 +444,17 @@ Status ReferenceBackward(const BackwardArgs& a, const ReferenceOptions& options)
     if (a.dbeta != nullptr) a.dbeta[i] = static_cast<float>(dbeta);
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status ReferenceBackward(const BackwardArgs& a, const ReferenceOptions& options) {
+  if (Status st = ValidateBackwardArgs(a); !st.ok()) return st;
+  try {
+    return ReferenceBackwardValidated(a, options);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory();
+  }
 }
 
 }  // namespace normsvc::kernels
