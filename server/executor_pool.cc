@@ -41,16 +41,26 @@ void ExecutorPool::Start() {
 }
 
 absl::Status ExecutorPool::Schedule(std::unique_ptr<Task>& task) {
+  // The healthy executor with the fewest queued rows among those whose
+  // queue has room (--max_queue_size counts requests, so the fewest rows can
+  // sit in a full queue of small requests); a full one only when every
+  // healthy queue is full, which then refuses RESOURCE_EXHAUSTED. Ties go
+  // round the executors.
   const int n = size();
   const uint32_t start = rotation_.fetch_add(1, std::memory_order_relaxed);
   int best = -1;
+  bool best_has_room = false;
   int64_t best_rows = std::numeric_limits<int64_t>::max();
   for (int k = 0; k < n; ++k) {
     const int i = static_cast<int>((start + k) % n);
     if (!executors_[i]->healthy()) continue;
-    const int64_t rows = batchers_[i]->pending_rows();
-    if (rows < best_rows) {
+    const Batcher& batcher = *batchers_[i];
+    const bool has_room = batcher.pending_requests() < batcher.options().max_queue_size;
+    const int64_t rows = batcher.pending_rows();
+    if (best < 0 || (has_room && !best_has_room) ||
+        (has_room == best_has_room && rows < best_rows)) {
       best = i;
+      best_has_room = has_room;
       best_rows = rows;
     }
   }

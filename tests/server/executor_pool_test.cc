@@ -1,6 +1,7 @@
-// Routing in the executor pool when devices fail: unhealthy executors get no
-// work, and when none is healthy every request is refused UNAVAILABLE and
-// the pool reports it once (the server turns its health NOT_SERVING).
+// Routing in the executor pool: the fewest queued rows among queues with
+// room; when devices fail, unhealthy executors get no work, and when none is
+// healthy every request is refused UNAVAILABLE and the pool reports it once
+// (the server turns its health NOT_SERVING).
 #include "server/executor_pool.h"
 
 #include <gtest/gtest.h>
@@ -48,15 +49,14 @@ class ExecutorPoolTest : public ::testing::Test {
   std::deque<RecordingSink> sinks_;
   SwitchableExecutor* executors_[2] = {nullptr, nullptr};
 
-  std::unique_ptr<ExecutorPool> MakePool() {
+  std::unique_ptr<ExecutorPool> MakePool(BatcherOptions batching = {}) {
     std::vector<std::unique_ptr<Executor>> executors;
     for (int i = 0; i < 2; ++i) {
       auto executor = std::make_unique<SwitchableExecutor>("cuda:" + std::to_string(i));
       executors_[i] = executor.get();
       executors.push_back(std::move(executor));
     }
-    return std::make_unique<ExecutorPool>(std::move(executors), BatcherOptions{}, &budget_,
-                                          metrics_);
+    return std::make_unique<ExecutorPool>(std::move(executors), batching, &budget_, metrics_);
   }
   std::unique_ptr<Task> MakeTask(int64_t rows) {
     return testing::MakeForwardTask(rows, &sinks_.emplace_back());
@@ -99,6 +99,43 @@ TEST_F(ExecutorPoolTest, UnhealthyExecutorsGetNoWorkAndNoneHealthyIsReportedOnce
     EXPECT_EQ(sinks_[i].code(), absl::StatusCode::kUnavailable) << i;
   }
   for (int i = 4; i < 7; ++i) EXPECT_EQ(sinks_[i].calls, 0) << i;  // refused, never accepted
+  EXPECT_EQ(budget_.used(), 0);
+}
+
+TEST_F(ExecutorPoolTest, AFullQueueIsPassedOverForOneWithRoomEvenWithMoreRows) {
+  BatcherOptions batching;
+  batching.max_queue_size = 3;
+  std::unique_ptr<ExecutorPool> pool = MakePool(batching);
+  // Executor 0's queue fills with three 1-row requests, executor 1's holds
+  // one 100-row request: by rows executor 0 is the less loaded.
+  executors_[1]->healthy_ = false;
+  for (int i = 0; i < 3; ++i) {
+    std::unique_ptr<Task> task = MakeTask(1);
+    ASSERT_TRUE(pool->Schedule(task).ok());
+  }
+  executors_[1]->healthy_ = true;
+  executors_[0]->healthy_ = false;
+  std::unique_ptr<Task> large = MakeTask(100);
+  ASSERT_TRUE(pool->Schedule(large).ok());
+  executors_[0]->healthy_ = true;
+  ASSERT_EQ(pool->batcher(0).pending_requests(), 3);
+  ASSERT_EQ(pool->batcher(1).pending_requests(), 1);
+
+  // Executor 1 takes requests until its queue is full too; then they are
+  // refused RESOURCE_EXHAUSTED and stay with the caller.
+  for (int i = 0; i < 2; ++i) {
+    std::unique_ptr<Task> task = MakeTask(1);
+    const absl::Status status = pool->Schedule(task);
+    EXPECT_TRUE(status.ok()) << status;
+    EXPECT_EQ(task, nullptr);
+  }
+  EXPECT_EQ(pool->batcher(0).pending_requests(), 3);
+  EXPECT_EQ(pool->batcher(1).pending_requests(), 3);
+  std::unique_ptr<Task> refused = MakeTask(1);
+  const absl::Status status = pool->Schedule(refused);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_NE(refused, nullptr);
+  pool.reset();
   EXPECT_EQ(budget_.used(), 0);
 }
 
