@@ -1,6 +1,7 @@
 #include "server/stop_watchdog.h"
 
 #include <algorithm>
+#include <chrono>
 #include <ctime>
 #include <utility>
 
@@ -17,7 +18,9 @@ constexpr absl::Duration kWatchSlice = absl::Milliseconds(50);
 
 StopWatchdog::StopWatchdog(absl::Duration limit, const sigset_t& signals, ExpiryFn on_expiry)
     : signals_(signals), on_expiry_(std::move(on_expiry)) {
-  const absl::Time deadline = absl::Now() + limit;
+  // The monotonic clock: a wall clock stepped during the stop must not move
+  // the deadline.
+  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(limit);
   thread_ = std::thread([this, deadline] { Watch(deadline); });
 }
 
@@ -26,10 +29,10 @@ StopWatchdog::~StopWatchdog() {
   thread_.join();
 }
 
-void StopWatchdog::Watch(absl::Time deadline) {
+void StopWatchdog::Watch(std::chrono::steady_clock::time_point deadline) {
   NameCurrentThread("stop_watchdog");
   while (!disarmed_.load(std::memory_order_acquire)) {
-    const absl::Duration remaining = deadline - absl::Now();
+    const absl::Duration remaining = absl::FromChrono(deadline - std::chrono::steady_clock::now());
     if (remaining <= absl::ZeroDuration()) {
       on_expiry_(Reason::kTimeout, 0);
       return;

@@ -11,10 +11,10 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <thread>
 
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace normsvc::server {
@@ -48,7 +48,7 @@ class StopWatchdog {
   std::thread::native_handle_type thread_handle() { return thread_.native_handle(); }
 
  private:
-  void Watch(absl::Time deadline);
+  void Watch(std::chrono::steady_clock::time_point deadline);
 
   const sigset_t signals_;
   const ExpiryFn on_expiry_;
