@@ -6,6 +6,19 @@
 
 namespace normsvc::server {
 
+namespace {
+
+// `*copy` = bytes uploaded to `executor`, or left empty for absent bytes.
+absl::Status UploadIfPresent(Executor& executor, absl::string_view bytes, DeviceBuffer* copy) {
+  if (bytes.empty()) return absl::OkStatus();
+  absl::StatusOr<DeviceBuffer> uploaded = executor.Upload(bytes.data(), bytes.size());
+  if (!uploaded.ok()) return uploaded.status();
+  *copy = *std::move(uploaded);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 ParameterStore::ParameterStore(ParameterLimits limits, std::vector<Executor*> executors)
     : limits_(limits), executors_(std::move(executors)) {}
 
@@ -45,20 +58,29 @@ absl::StatusOr<std::shared_ptr<const ParameterSet>> ParameterStore::Register(
   set->has_gamma = !gamma.empty();
   set->has_beta = !beta.empty();
   set->bytes = bytes;
+  // An executor out of service (an unrecoverable device error; it never
+  // returns) gets no more tasks, so it gets no copy: one failed device must
+  // not fail every registration on the others.
+  int copies = 0;
   for (Executor* executor : executors_) {
     DeviceBuffer gamma_copy, beta_copy;
-    if (!gamma.empty()) {
-      absl::StatusOr<DeviceBuffer> uploaded = executor->Upload(gamma.data(), gamma.size());
-      if (!uploaded.ok()) return uploaded.status();
-      gamma_copy = *std::move(uploaded);
-    }
-    if (!beta.empty()) {
-      absl::StatusOr<DeviceBuffer> uploaded = executor->Upload(beta.data(), beta.size());
-      if (!uploaded.ok()) return uploaded.status();
-      beta_copy = *std::move(uploaded);
+    if (executor->healthy()) {
+      absl::Status status = UploadIfPresent(*executor, gamma, &gamma_copy);
+      if (status.ok()) status = UploadIfPresent(*executor, beta, &beta_copy);
+      if (!status.ok() && executor->healthy()) return status;
+      if (status.ok()) {
+        ++copies;
+      } else {
+        gamma_copy = beta_copy = nullptr;
+      }
     }
     set->gamma_device_.push_back(std::move(gamma_copy));
     set->beta_device_.push_back(std::move(beta_copy));
+  }
+  if (copies == 0) {
+    return absl::UnavailableError(
+        "no healthy executor to hold the parameter set: every device failed with an "
+        "unrecoverable error (see the server log)");
   }
   std::shared_ptr<const ParameterSet> published = std::move(set);
   std::shared_ptr<const ParameterSet> replaced;

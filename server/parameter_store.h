@@ -31,7 +31,9 @@ class ParameterSet {
   bool has_beta = false;
   int64_t bytes = 0;  // gamma + beta, host bytes (each device holds a copy)
 
-  // Pointers valid for the executor at `executor_index`; null if absent.
+  // Pointers valid for the executor at `executor_index`; null if absent, or
+  // when that executor was out of service at registration (it runs no
+  // tasks).
   const void* gamma(int executor_index) const { return gamma_device_[executor_index].get(); }
   const void* beta(int executor_index) const { return beta_device_[executor_index].get(); }
 
@@ -51,9 +53,10 @@ class ParameterStore {
   // `executors` are indexed as in Task execution (executor index = position).
   ParameterStore(ParameterLimits limits, std::vector<Executor*> executors);
 
-  // Uploads to every executor and publishes the set. gamma/beta may be empty
-  // views (absent) but not both. ALREADY_EXISTS unless `replace`;
-  // RESOURCE_EXHAUSTED beyond the limits. Blocking.
+  // Uploads to every healthy executor and publishes the set. gamma/beta may
+  // be empty views (absent) but not both. ALREADY_EXISTS unless `replace`;
+  // RESOURCE_EXHAUSTED beyond the limits; a healthy executor's upload error
+  // as it is; UNAVAILABLE when no executor is healthy. Blocking.
   absl::StatusOr<std::shared_ptr<const ParameterSet>> Register(const std::string& name,
                                                                int64_t hidden, kernels::DType dtype,
                                                                absl::string_view gamma,

@@ -1,0 +1,117 @@
+// ParameterStore::Register across executors: a set gets a copy on every
+// healthy executor, an executor out of service gets none (and does not fail
+// the registration), a healthy executor's upload error fails it, and with
+// no healthy executor it is UNAVAILABLE.
+#include "server/parameter_store.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace normsvc::server {
+namespace {
+
+// Uploads to host memory, or fails like a device with an error; healthy()
+// as the test sets it.
+class HostUploadExecutor final : public Executor {
+ public:
+  const DeviceDescription& device() const override { return device_; }
+  int slots() const override { return 1; }
+  int64_t max_batch_staging_bytes() const override { return 0; }
+  BatchResult Run(const Batch&, int) override { return {}; }
+  absl::StatusOr<DeviceBuffer> Upload(const void* host, std::size_t bytes) override {
+    ++uploads;
+    if (fail_uploads) {
+      if (unhealthy_on_failure) healthy_flag = false;
+      return absl::InternalError("cuda:9: cudaMalloc: an illegal memory access");
+    }
+    void* copy = std::malloc(bytes);
+    std::memcpy(copy, host, bytes);
+    return DeviceBuffer(copy, [](void* p) { std::free(p); });
+  }
+  bool healthy() const override { return healthy_flag; }
+
+  bool fail_uploads = false;
+  bool unhealthy_on_failure = false;
+  bool healthy_flag = true;
+  int uploads = 0;
+
+ private:
+  DeviceDescription device_;
+};
+
+std::string RandomFloats(int count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(0.5f, 1.5f);
+  std::string bytes(count * sizeof(float), '\0');
+  for (int i = 0; i < count; ++i) {
+    const float v = dist(rng);
+    std::memcpy(bytes.data() + i * sizeof(float), &v, sizeof(float));
+  }
+  return bytes;
+}
+
+class ParameterStoreTest : public ::testing::Test {
+ protected:
+  HostUploadExecutor executors_[3];
+  ParameterStore store_{ParameterLimits{}, {&executors_[0], &executors_[1], &executors_[2]}};
+  const std::string gamma_ = RandomFloats(64, std::random_device{}());
+  const std::string beta_ = RandomFloats(64, std::random_device{}());
+
+  absl::StatusOr<std::shared_ptr<const ParameterSet>> Register(const std::string& name) {
+    return store_.Register(name, 64, kernels::DType::kF32, gamma_, beta_, /*replace=*/false);
+  }
+};
+
+TEST_F(ParameterStoreTest, AnExecutorOutOfServiceGetsNoCopyAndDoesNotFailTheRegistration) {
+  executors_[1].healthy_flag = false;
+  executors_[1].fail_uploads = true;  // as a device with a sticky error would
+  absl::StatusOr<std::shared_ptr<const ParameterSet>> set = Register("ln0");
+  ASSERT_TRUE(set.ok()) << set.status();
+  for (int i : {0, 2}) {
+    ASSERT_NE((*set)->gamma(i), nullptr) << i;
+    ASSERT_NE((*set)->beta(i), nullptr) << i;
+    EXPECT_EQ(std::memcmp((*set)->gamma(i), gamma_.data(), gamma_.size()), 0) << i;
+    EXPECT_EQ(std::memcmp((*set)->beta(i), beta_.data(), beta_.size()), 0) << i;
+  }
+  EXPECT_EQ((*set)->gamma(1), nullptr);
+  EXPECT_EQ((*set)->beta(1), nullptr);
+  EXPECT_EQ(executors_[1].uploads, 0);  // not even tried
+  EXPECT_EQ(store_.Find("ln0"), *set);
+}
+
+TEST_F(ParameterStoreTest, AnExecutorThatGoesOutOfServiceWhileUploadingIsSkipped) {
+  // Its upload hits the unrecoverable error that takes it out of service.
+  executors_[2].fail_uploads = true;
+  executors_[2].unhealthy_on_failure = true;
+  absl::StatusOr<std::shared_ptr<const ParameterSet>> set = Register("ln1");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_NE((*set)->gamma(0), nullptr);
+  EXPECT_NE((*set)->gamma(1), nullptr);
+  EXPECT_EQ((*set)->gamma(2), nullptr);
+  EXPECT_EQ((*set)->beta(2), nullptr);
+}
+
+TEST_F(ParameterStoreTest, AHealthyExecutorsUploadErrorFailsTheRegistration) {
+  executors_[2].fail_uploads = true;  // and it stays in service
+  absl::StatusOr<std::shared_ptr<const ParameterSet>> refused = Register("ln1");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInternal) << refused.status();
+  EXPECT_NE(refused.status().message().find("cuda:9"), std::string::npos);
+  EXPECT_EQ(store_.Find("ln1"), nullptr);
+  EXPECT_TRUE(store_.List().empty());
+}
+
+TEST_F(ParameterStoreTest, NoHealthyExecutorIsUnavailable) {
+  for (HostUploadExecutor& executor : executors_) executor.healthy_flag = false;
+  absl::StatusOr<std::shared_ptr<const ParameterSet>> set = Register("ln2");
+  ASSERT_FALSE(set.ok());
+  EXPECT_EQ(set.status().code(), absl::StatusCode::kUnavailable) << set.status();
+  EXPECT_EQ(store_.Find("ln2"), nullptr);
+}
+
+}  // namespace
+}  // namespace normsvc::server
