@@ -68,6 +68,13 @@ int RunHealth(cli::Args& args, const Session& session) {
   const std::string service = args.GetString("service");
   if (absl::Status status = args.CheckAllUsed(); !status.ok()) return LocalExitCode(status);
   absl::StatusOr<client::ServingStatus> health = session.client->CheckHealth(service, session.call);
+  if (!health.ok() && health.status().code() == absl::StatusCode::kNotFound) {
+    // grpc.health.v1: NOT_FOUND is the server's answer for a service it
+    // does not know, the SERVICE_UNKNOWN of its Watch: answered, not serving.
+    std::fprintf(stderr, "normctl: %s\n", std::string(health.status().message()).c_str());
+    std::printf("SERVICE_UNKNOWN\n");
+    return kExitNotServing;
+  }
   if (!health.ok()) return ReportRpcError(health.status());
   std::printf("%s\n", client::ServingStatusName(*health));
   return *health == client::ServingStatus::kServing ? kExitOk : kExitNotServing;

@@ -69,7 +69,7 @@ exit codes:
      (e.g. INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION,
      RESOURCE_EXHAUSTED, UNIMPLEMENTED, UNAUTHENTICATED)
   5  no answer: UNAVAILABLE (not reachable, shutting down) or DEADLINE_EXCEEDED
-  6  health: the server answered but is not SERVING
+  6  health: the server answered but is not SERVING (or does not know the service)
 )";
 
 void PrintUsage(FILE* out) { std::fprintf(out, kUsage, cli::kChannelFlagsHelp); }

@@ -128,6 +128,17 @@ TEST_F(NormctlServerTest, AnOutputThatCannotBeWrittenLeavesNoneBehind) {
 // --help: "--tls (also implied by any --tls_* file flag)". A key file alone
 // asks for TLS, which needs the certificate too: a usage error, not a
 // plaintext call.
+// grpc.health.v1 per service: the server's own service is SERVING (exit 0);
+// one it does not know is its answer too, not a rejected call (exit 6).
+TEST_F(NormctlServerTest, HealthOfAnUnknownServiceIsNotServing) {
+  CommandResult run = RunCommand(Normctl({"health", "--service=normsvc.v1.Normalizer"}));
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, "SERVING\n");
+  run = RunCommand(Normctl({"health", "--service=no.such.Service"}));
+  EXPECT_EQ(run.exit_code, 6) << run.out << run.err;
+  EXPECT_EQ(run.out, "SERVICE_UNKNOWN\n");
+}
+
 TEST_F(NormctlServerTest, TlsKeyFileAloneImpliesTls) {
   WriteRandomNpy(dir_->File("key.pem"), {4}, rng_);
   const CommandResult run =
