@@ -176,7 +176,8 @@ std::vector<FlagSpec> Flags() {
   flags.push_back(Int64Flag("max_parameter_sets", &ServerOptions::max_parameter_sets,
                             "registered parameter sets"));
   flags.push_back(Int64Flag("max_parameter_bytes", &ServerOptions::max_parameter_bytes,
-                            "total bytes of registered parameter sets"));
+                            "total bytes of parameter sets in memory: registered ones, and "
+                            "replaced or deleted ones that queued requests still use"));
   flags.push_back({"batches_in_flight", "per executor, for copy/compute overlap",
                    [](const std::string& v, ServerOptions* o) {
                      if (!absl::SimpleAtoi(v, &o->batches_in_flight)) {

@@ -19,6 +19,10 @@ absl::Status UploadIfPresent(Executor& executor, absl::string_view bytes, Device
 
 }  // namespace
 
+ParameterSet::~ParameterSet() {
+  if (live_bytes_ != nullptr) live_bytes_->fetch_sub(bytes, std::memory_order_acq_rel);
+}
+
 ParameterStore::ParameterStore(ParameterLimits limits, std::vector<Executor*> executors)
     : limits_(limits), executors_(std::move(executors)) {}
 
@@ -44,11 +48,25 @@ absl::StatusOr<std::shared_ptr<const ParameterSet>> ParameterStore::Register(
           absl::StrCat("name: ", limits_.max_sets,
                        " parameter sets are registered, the limit (--max_parameter_sets)"));
     }
-    const int64_t bytes_after = total_bytes_ - (exists ? it->second->bytes : 0) + bytes;
+    // The limit bounds the memory the sets hold, not only the published
+    // ones: a set replaced or deleted while tasks still use it stays until
+    // the last of them ends. A set being replaced that nothing else holds
+    // is freed as this one is published (a request that finds it between
+    // this check and the publication holds it a little longer: the limit
+    // can be passed by that one set's bytes for that request's time).
+    const int64_t live = live_bytes();
+    const int64_t freed_by_replacing =
+        exists && it->second.use_count() == 1 ? it->second->bytes : 0;
+    const int64_t bytes_after = live - freed_by_replacing + bytes;
     if (bytes_after > limits_.max_bytes) {
+      const int64_t retired = live - total_bytes_;
       return absl::ResourceExhaustedError(absl::StrCat(
           "gamma, beta: registering ", bytes, " bytes would exceed the ", limits_.max_bytes,
-          " bytes of --max_parameter_bytes (", total_bytes_, " in use)"));
+          " bytes of --max_parameter_bytes (", live, " in use",
+          retired > 0 ? absl::StrCat(", of which ", retired,
+                                     " by replaced or deleted sets that queued requests still use")
+                      : "",
+          ")"));
     }
   }
   auto set = std::make_shared<ParameterSet>();
@@ -82,6 +100,8 @@ absl::StatusOr<std::shared_ptr<const ParameterSet>> ParameterStore::Register(
         "no healthy executor to hold the parameter set: every device failed with an "
         "unrecoverable error (see the server log)");
   }
+  set->live_bytes_ = live_bytes_;
+  live_bytes_->fetch_add(bytes, std::memory_order_acq_rel);
   std::shared_ptr<const ParameterSet> published = std::move(set);
   std::shared_ptr<const ParameterSet> replaced;
   {

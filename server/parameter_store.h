@@ -7,6 +7,7 @@
 // memory and so run on the control thread, never in a handler.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,6 +25,12 @@ namespace normsvc::server {
 
 class ParameterSet {
  public:
+  ParameterSet() = default;
+  ParameterSet(const ParameterSet&) = delete;
+  ParameterSet& operator=(const ParameterSet&) = delete;
+  // Gives its bytes back to the store's count of live sets.
+  ~ParameterSet();
+
   std::string name;
   int64_t hidden = 0;
   kernels::DType dtype = kernels::DType::kF32;
@@ -39,6 +46,9 @@ class ParameterSet {
 
  private:
   friend class ParameterStore;
+  // The store's count of bytes of live sets (published, or replaced or
+  // deleted but still held by a task); null until published.
+  std::shared_ptr<std::atomic<int64_t>> live_bytes_;
   std::vector<DeviceBuffer> gamma_device_;
   std::vector<DeviceBuffer> beta_device_;
 };
@@ -67,7 +77,12 @@ class ParameterStore {
 
   std::shared_ptr<const ParameterSet> Find(absl::string_view name) const;
   std::vector<std::shared_ptr<const ParameterSet>> List() const;  // sorted by name
+  // Bytes of the published sets.
   int64_t total_bytes() const;
+  // Bytes of every set still in memory: the published ones and those
+  // replaced or deleted while a task still holds them. --max_parameter_bytes
+  // bounds this.
+  int64_t live_bytes() const { return live_bytes_->load(std::memory_order_acquire); }
   const ParameterLimits& limits() const { return limits_; }
 
  private:
@@ -78,6 +93,8 @@ class ParameterStore {
   absl::flat_hash_map<std::string, std::shared_ptr<const ParameterSet>> sets_
       ABSL_GUARDED_BY(mutex_);
   int64_t total_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
+  const std::shared_ptr<std::atomic<int64_t>> live_bytes_ =
+      std::make_shared<std::atomic<int64_t>>(0);
 };
 
 }  // namespace normsvc::server

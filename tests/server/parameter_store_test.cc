@@ -1,7 +1,9 @@
 // ParameterStore::Register across executors: a set gets a copy on every
 // healthy executor, an executor out of service gets none (and does not fail
 // the registration), a healthy executor's upload error fails it, and with
-// no healthy executor it is UNAVAILABLE.
+// no healthy executor it is UNAVAILABLE. And --max_parameter_bytes counts
+// the sets still in memory, replaced or deleted ones that requests hold
+// included.
 #include "server/parameter_store.h"
 
 #include <cstdlib>
@@ -111,6 +113,52 @@ TEST_F(ParameterStoreTest, NoHealthyExecutorIsUnavailable) {
   ASSERT_FALSE(set.ok());
   EXPECT_EQ(set.status().code(), absl::StatusCode::kUnavailable) << set.status();
   EXPECT_EQ(store_.Find("ln2"), nullptr);
+}
+
+// --max_parameter_bytes bounds the sets in memory: a set replaced or deleted
+// while a queued request still holds it counts until that request lets go.
+TEST(ParameterStoreLimitTest, SetsStillHeldAfterReplaceOrDeleteCountAgainstTheLimit) {
+  HostUploadExecutor executor;
+  constexpr int64_t kSetBytes = 2 * 256 * sizeof(float);  // gamma and beta of H = 256
+  ParameterStore store(ParameterLimits{16, 3 * kSetBytes}, {&executor});
+  uint64_t seed = std::random_device{}();
+  auto register_set = [&](const std::string& name, bool replace) {
+    return store.Register(name, 256, kernels::DType::kF32, RandomFloats(256, ++seed),
+                          RandomFloats(256, ++seed), replace);
+  };
+  ASSERT_TRUE(register_set("a", false).ok());
+  ASSERT_TRUE(register_set("b", false).ok());
+  EXPECT_EQ(store.live_bytes(), 2 * kSetBytes);
+
+  // Nothing holds "a": replacing it needs no room beyond its own, again and again.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(register_set("a", true).ok()) << i;
+  EXPECT_EQ(store.live_bytes(), 2 * kSetBytes);
+
+  // A request holds "a" (as a queued task does) while it is replaced: the
+  // old copy stays in memory and counts.
+  std::shared_ptr<const ParameterSet> held = store.Find("a");
+  ASSERT_NE(held, nullptr);
+  ASSERT_TRUE(register_set("a", true).ok());
+  EXPECT_EQ(store.total_bytes(), 2 * kSetBytes);
+  EXPECT_EQ(store.live_bytes(), 3 * kSetBytes);
+  absl::StatusOr<std::shared_ptr<const ParameterSet>> refused = register_set("c", false);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(refused.status().message().find("still use"), std::string::npos) << refused.status();
+
+  // Deleting "b" while it is held frees nothing yet either.
+  std::shared_ptr<const ParameterSet> held_b = store.Find("b");
+  ASSERT_TRUE(store.Delete("b").ok());
+  EXPECT_EQ(store.live_bytes(), 3 * kSetBytes);
+  EXPECT_EQ(register_set("c", false).status().code(), absl::StatusCode::kResourceExhausted);
+
+  // The requests end: their copies go, and the room comes back.
+  held.reset();
+  held_b.reset();
+  EXPECT_EQ(store.live_bytes(), kSetBytes);
+  ASSERT_TRUE(register_set("c", false).ok());
+  ASSERT_TRUE(register_set("d", false).ok());
+  EXPECT_EQ(store.live_bytes(), 3 * kSetBytes);
 }
 
 }  // namespace
