@@ -1,6 +1,8 @@
 #include "server/batch_worker.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 
 #include "absl/time/clock.h"
 #include "server/log.h"
@@ -23,6 +25,14 @@ void StampExecution(Batch& batch, const BatchResult& result) {
   execution.d2h_seconds = result.d2h_seconds;
   execution.stages_untimed = result.stages_untimed;
   for (const std::unique_ptr<Task>& task : batch.tasks) task->execution = execution;
+}
+
+// Nanoseconds on the steady clock, never 0 (0 marks an idle slot).
+int64_t SteadyNanos() {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  return std::max<int64_t>(now, 1);
 }
 
 }  // namespace
@@ -80,8 +90,25 @@ void RunBatch(Batcher& batcher, Executor& executor, const DeviceMetrics& metrics
 
 BatchWorker::BatchWorker(Batcher& batcher, Executor& executor, const DeviceMetrics& metrics,
                          ReplyPool* replies)
-    : batcher_(batcher), executor_(executor), metrics_(metrics), replies_(replies) {
-  for (int slot = executor_.slots() - 1; slot >= 0; --slot) free_slots_.push_back(slot);
+    : batcher_(batcher),
+      executor_(executor),
+      metrics_(metrics),
+      replies_(replies),
+      running_since_ns_(new std::atomic<int64_t>[executor.slots()]) {
+  for (int slot = executor_.slots() - 1; slot >= 0; --slot) {
+    free_slots_.push_back(slot);
+    running_since_ns_[slot].store(0, std::memory_order_relaxed);
+  }
+}
+
+absl::Duration BatchWorker::LongestRunningBatch() const {
+  const int64_t now = SteadyNanos();
+  int64_t longest = 0;
+  for (int slot = 0; slot < executor_.slots(); ++slot) {
+    const int64_t since = running_since_ns_[slot].load(std::memory_order_acquire);
+    if (since != 0) longest = std::max(longest, now - since);
+  }
+  return absl::Nanoseconds(longest);
 }
 
 BatchWorker::~BatchWorker() { Join(); }
@@ -125,7 +152,9 @@ void BatchWorker::Loop() {
       ReleaseSlot(slot);  // closed and empty: let the other threads see it too
       return;
     }
+    running_since_ns_[slot].store(SteadyNanos(), std::memory_order_release);
     BatchResult result = ExecuteBatch(executor_, metrics_, *batch, slot);
+    running_since_ns_[slot].store(0, std::memory_order_release);
     batcher_.BatchDone();
     ReleaseSlot(slot);
     FinishBatch(batcher_, executor_, *std::move(batch), std::move(result), replies_);

@@ -11,10 +11,13 @@
 // wait on them.
 #pragma once
 
+#include <atomic>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/batcher.h"
 #include "server/executor.h"
 #include "server/metrics.h"
@@ -48,6 +51,10 @@ class BatchWorker {
   // Returns once the batcher is closed and empty and every thread is idle.
   void Join();
 
+  // How long the oldest batch now running has run (zero when none runs):
+  // what the pool's stuck-batch watch reads.
+  absl::Duration LongestRunningBatch() const;
+
  private:
   int AcquireSlot();
   void ReleaseSlot(int slot);
@@ -60,6 +67,9 @@ class BatchWorker {
   absl::Mutex mutex_;
   absl::CondVar slot_freed_;
   std::vector<int> free_slots_ ABSL_GUARDED_BY(mutex_);
+  // Per slot: when its running batch started (steady clock, ns since its
+  // epoch), 0 while the slot is idle.
+  std::unique_ptr<std::atomic<int64_t>[]> running_since_ns_;
   std::vector<std::thread> threads_;
 };
 

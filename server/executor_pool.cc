@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "server/log.h"
+#include "server/thread_name.h"
 #include "server/usable_cpus.h"
 
 namespace normsvc::server {
@@ -20,8 +22,11 @@ int ReplyThreads(int requested) {
 ExecutorPool::ExecutorPool(std::vector<std::unique_ptr<Executor>> executors,
                            const BatcherOptions& batching, MemoryBudget* budget,
                            ServiceMetrics& metrics, int reply_threads)
-    : executors_(std::move(executors)), replies_(ReplyThreads(reply_threads)) {
+    : executors_(std::move(executors)),
+      replies_(ReplyThreads(reply_threads)),
+      stuck_(new std::atomic<bool>[executors_.size()]) {
   for (int i = 0; i < size(); ++i) {
+    stuck_[i].store(false, std::memory_order_relaxed);
     BatcherOptions options = batching;
     options.max_batch_staging_bytes = executors_[i]->max_batch_staging_bytes();
     batchers_.push_back(
@@ -53,7 +58,7 @@ absl::Status ExecutorPool::Schedule(std::unique_ptr<Task>& task) {
   int64_t best_rows = std::numeric_limits<int64_t>::max();
   for (int k = 0; k < n; ++k) {
     const int i = static_cast<int>((start + k) % n);
-    if (!executors_[i]->healthy()) continue;
+    if (!usable(i)) continue;
     const Batcher& batcher = *batchers_[i];
     const bool has_room = batcher.pending_requests() < batcher.options().max_queue_size;
     const int64_t rows = batcher.pending_rows();
@@ -65,14 +70,49 @@ absl::Status ExecutorPool::Schedule(std::unique_ptr<Task>& task) {
     }
   }
   if (best < 0) {
-    if (!reported_no_healthy_executor_.exchange(true) && on_no_healthy_executor_) {
-      on_no_healthy_executor_();
-    }
+    ReportIfNoneUsable();
     return absl::UnavailableError(
-        "no healthy executor: every device failed with an unrecoverable error (see the server "
-        "log); the server now reports NOT_SERVING");
+        "no healthy executor: every device failed with an unrecoverable error or a stuck batch "
+        "(see the server log); the server now reports NOT_SERVING");
   }
   return batchers_[best]->Schedule(task);
+}
+
+void ExecutorPool::ReportIfNoneUsable() {
+  for (int i = 0; i < size(); ++i) {
+    if (usable(i)) return;
+  }
+  if (!reported_no_healthy_executor_.exchange(true) && on_no_healthy_executor_) {
+    on_no_healthy_executor_();
+  }
+}
+
+void ExecutorPool::WatchForStuckBatches(absl::Duration timeout) {
+  if (timeout <= absl::ZeroDuration() || watcher_.joinable()) return;
+  watcher_ = std::thread([this, timeout] {
+    NameCurrentThread("stuck_watch");
+    WatchLoop(timeout);
+  });
+}
+
+void ExecutorPool::WatchLoop(absl::Duration timeout) {
+  // A quarter of the timeout between looks, so a stuck batch is noticed
+  // within 1.25 timeouts; at most a second, at least 10 ms.
+  const absl::Duration interval = std::clamp(timeout / 4, absl::Milliseconds(10), absl::Seconds(1));
+  absl::MutexLock lock(&watch_mutex_);
+  while (!watch_mutex_.AwaitWithTimeout(absl::Condition(&watch_stopping_), interval)) {
+    for (int i = 0; i < size(); ++i) {
+      if (stuck_[i].load(std::memory_order_acquire)) continue;
+      const absl::Duration running = workers_[i]->LongestRunningBatch();
+      if (running <= timeout) continue;
+      stuck_[i].store(true, std::memory_order_release);
+      Log(LogLevel::kError, executors_[i]->device().label, ": a batch has run for ",
+          absl::FormatDuration(running), ", past --batch_timeout_s (",
+          absl::FormatDuration(timeout),
+          "): the device looks hung; no more batches are routed to it until restart");
+      ReportIfNoneUsable();
+    }
+  }
 }
 
 void ExecutorPool::Flush() {
@@ -81,6 +121,11 @@ void ExecutorPool::Flush() {
 
 void ExecutorPool::Close() {
   for (auto& batcher : batchers_) batcher->Close();
+  {
+    absl::MutexLock lock(&watch_mutex_);
+    watch_stopping_ = true;
+  }
+  if (watcher_.joinable()) watcher_.join();
 }
 
 void ExecutorPool::Join() {

@@ -5,9 +5,12 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/batch_worker.h"
 #include "server/batcher.h"
 #include "server/executor.h"
@@ -27,17 +30,22 @@ class ExecutorPool {
                MemoryBudget* budget, ServiceMetrics& metrics, int reply_threads = -1);
   ~ExecutorPool();  // Close() and Join()
 
-  // Called once, on the scheduling thread, the first time no executor is
-  // healthy (each has failed with an unrecoverable CUDA error; every request
-  // is refused UNAVAILABLE from then on): the server turns its health to
-  // NOT_SERVING so that load balancers and probes stop sending to it. Set
-  // before Start().
+  // Called once, on a scheduling thread or the stuck-batch watch's, the
+  // first time no executor is usable (each has failed with an unrecoverable
+  // CUDA error or a stuck batch; every request is refused UNAVAILABLE from
+  // then on): the server turns its health to NOT_SERVING so that load
+  // balancers and probes stop sending to it. Set before Start().
   void SetNoHealthyExecutorCallback(std::function<void()> callback) {
     on_no_healthy_executor_ = std::move(callback);
   }
 
   void Start();
-  // Hands `task` to the healthy executor with the fewest pending rows (ties
+  // Watches the batches running on every executor: a batch that runs longer
+  // than `timeout` (a kernel or a copy that never ends: a hung device never
+  // gives its slot back) takes its executor out of service until restart,
+  // with an error in the log. Call once, after Start(); Close() stops it.
+  void WatchForStuckBatches(absl::Duration timeout);
+  // Hands `task` to the usable executor with the fewest pending rows (ties
   // rotate). Same ownership contract as Batcher::Schedule.
   absl::Status Schedule(std::unique_ptr<Task>& task);
   // Launch queued work without waiting for max_queue_delay (the drain).
@@ -49,9 +57,16 @@ class ExecutorPool {
   int size() const { return static_cast<int>(executors_.size()); }
   Executor& executor(int i) { return *executors_[i]; }
   Batcher& batcher(int i) { return *batchers_[i]; }
+  // False once executor i failed (Executor::healthy) or had a stuck batch.
+  bool usable(int i) const {
+    return executors_[i]->healthy() && !stuck_[i].load(std::memory_order_acquire);
+  }
   std::vector<Executor*> executor_pointers() const;
 
  private:
+  void WatchLoop(absl::Duration timeout);
+  void ReportIfNoneUsable();
+
   std::vector<std::unique_ptr<Executor>> executors_;
   ReplyPool replies_;  // before the workers: they use it until joined
   std::vector<std::unique_ptr<Batcher>> batchers_;
@@ -59,6 +74,10 @@ class ExecutorPool {
   std::atomic<uint32_t> rotation_{0};
   std::function<void()> on_no_healthy_executor_;
   std::atomic<bool> reported_no_healthy_executor_{false};
+  std::unique_ptr<std::atomic<bool>[]> stuck_;
+  absl::Mutex watch_mutex_;
+  bool watch_stopping_ ABSL_GUARDED_BY(watch_mutex_) = false;
+  std::thread watcher_;
 };
 
 }  // namespace normsvc::server

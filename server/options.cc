@@ -212,6 +212,12 @@ std::vector<FlagSpec> Flags() {
                 "on SIGTERM or SIGINT: longest wait for accepted requests before exit; a stop that "
                 "overruns it by 10 s (a batch hung on a device), or a second SIGTERM or "
                 "SIGINT, exits 3 at once"));
+  flags.push_back(Int64Flag(
+      "batch_timeout_s", &ServerOptions::batch_timeout_s,
+      absl::StrCat("a batch that runs longer than this takes its executor out of service until "
+                   "restart (a hung device never gives its batch slot back); with none left, "
+                   "health turns NOT_SERVING (0: never; -1: ",
+                   kAutoBatchTimeoutS, " on the CUDA backend, 0 on the CPU backend)")));
   flags.push_back(Int64Flag("drain_grace_ms", &ServerOptions::drain_grace_ms,
                             "after the drain, how long new requests still get UNAVAILABLE from "
                             "the service before gRPC shuts down"));
@@ -243,6 +249,11 @@ std::string HelpText(const std::vector<FlagSpec>& flags) {
 }
 
 }  // namespace
+
+int64_t ResolveBatchTimeoutS(int64_t requested, std::string_view backend) {
+  if (requested >= 0) return requested;
+  return backend == "cuda" ? kAutoBatchTimeoutS : 0;
+}
 
 int64_t ResolveIdleSpinUs(int64_t requested, int usable_cpus) {
   if (requested >= 0) return requested;
@@ -305,6 +316,7 @@ absl::Status ValidateOptions(const ServerOptions& o) {
            at_least("max_connection_age_ms", o.max_connection_age_ms, 0),
            at_least("max_connection_age_grace_ms", o.max_connection_age_grace_ms, 0),
            at_least("drain_timeout_s", o.drain_timeout_s, 0),
+           at_least("batch_timeout_s", o.batch_timeout_s, -1),
            at_least("memory_release_interval_s", o.memory_release_interval_s, 0),
            at_least("drain_grace_ms", o.drain_grace_ms, 0),
        }) {

@@ -91,6 +91,9 @@ struct ServerOptions {
   int64_t memory_release_interval_s = 10;
 
   int64_t drain_timeout_s = 30;
+  // A batch running longer than this takes its executor out of service (0:
+  // never; -1: auto, ResolveBatchTimeoutS).
+  int64_t batch_timeout_s = -1;
   // After the drain, how long handlers keep answering UNAVAILABLE before
   // gRPC shuts down (see Server::Stop).
   int64_t drain_grace_ms = 200;
@@ -109,6 +112,13 @@ const char* GpuWaitName(GpuWait wait);
 inline constexpr int64_t kAutoIdleSpinUs = 500;
 inline constexpr int kAutoIdleSpinMinCpus = 8;
 int64_t ResolveIdleSpinUs(int64_t requested, int usable_cpus);
+
+// --batch_timeout_s=-1 (auto): kAutoBatchTimeoutS on the CUDA backend, where
+// a batch takes milliseconds and one that runs a minute means a hung device;
+// 0 (never) on the CPU backend, where the largest request a small host
+// computes can legitimately take that long. Other values as they are.
+inline constexpr int64_t kAutoBatchTimeoutS = 60;
+int64_t ResolveBatchTimeoutS(int64_t requested, std::string_view backend);
 
 // Checks ranges and relations between options (e.g. the receive limit is at
 // least 64 MiB); the message names the flag.

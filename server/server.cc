@@ -273,6 +273,8 @@ absl::Status Server::CreateExecutors() {
   service_ = std::make_unique<NormalizerService>(*context_);
   kserve_service_ = std::make_unique<KserveService>(*context_);
   pool_->Start();
+  pool_->WatchForStuckBatches(
+      absl::Seconds(ResolveBatchTimeoutS(options_.batch_timeout_s, backend_)));
   return absl::OkStatus();
 }
 

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <deque>
 
+#include "absl/synchronization/notification.h"
+
 #include "server/memory_budget.h"
 #include "server/metrics.h"
 #include "test_tasks.h"
@@ -136,6 +138,102 @@ TEST_F(ExecutorPoolTest, AFullQueueIsPassedOverForOneWithRoomEvenWithMoreRows) {
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
   EXPECT_NE(refused, nullptr);
   pool.reset();
+  EXPECT_EQ(budget_.used(), 0);
+}
+
+// Runs batches at once, or holds them (a hung device) until released.
+class HangingExecutor final : public Executor {
+ public:
+  explicit HangingExecutor(std::string label) { device_.label = std::move(label); }
+  ~HangingExecutor() override { Release(); }
+  const DeviceDescription& device() const override { return device_; }
+  int slots() const override { return 1; }
+  int64_t max_batch_staging_bytes() const override { return 0; }
+  BatchResult Run(const Batch& batch, int) override {
+    runs.fetch_add(1);
+    if (hang.load()) released_.WaitForNotification();
+    BatchResult result;
+    result.statuses.assign(batch.tasks.size(), absl::OkStatus());
+    return result;
+  }
+  absl::StatusOr<DeviceBuffer> Upload(const void*, std::size_t) override {
+    return absl::UnimplementedError("test executor");
+  }
+  bool healthy() const override { return true; }
+  void Release() {
+    if (!released_.HasBeenNotified()) released_.Notify();
+  }
+
+  std::atomic<bool> hang{false};
+  std::atomic<int> runs{0};
+
+ private:
+  DeviceDescription device_;
+  absl::Notification released_;
+};
+
+// --batch_timeout_s: a batch that runs past the timeout takes its executor
+// out of service (the other one takes the work); with none left, the
+// no-healthy callback runs once and requests are refused UNAVAILABLE.
+TEST_F(ExecutorPoolTest, AStuckBatchTakesItsExecutorOutOfService) {
+  std::vector<std::unique_ptr<Executor>> executors;
+  HangingExecutor* hanging[2];
+  for (int i = 0; i < 2; ++i) {
+    auto executor = std::make_unique<HangingExecutor>("cuda:" + std::to_string(i));
+    hanging[i] = executor.get();
+    executors.push_back(std::move(executor));
+  }
+  auto pool = std::make_unique<ExecutorPool>(std::move(executors), BatcherOptions{}, &budget_,
+                                             metrics_, /*reply_threads=*/0);
+  std::atomic<int> reports{0};
+  pool->SetNoHealthyExecutorCallback([&reports] { reports.fetch_add(1); });
+  pool->Start();
+  constexpr auto kTimeout = absl::Milliseconds(200);
+  pool->WatchForStuckBatches(kTimeout);
+  auto wait_until_unusable = [&](int i) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (pool->usable(i) && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+    return !pool->usable(i);
+  };
+
+  // Executor 0 hangs on its first batch.
+  hanging[0]->hang = true;
+  std::unique_ptr<Task> stuck = MakeTask(1);
+  ASSERT_TRUE(pool->batcher(0).Schedule(stuck).ok());
+  const absl::Time hung_at = absl::Now();
+  ASSERT_TRUE(wait_until_unusable(0)) << "executor 0 never left service";
+  EXPECT_GE(absl::Now() - hung_at, kTimeout);
+  EXPECT_TRUE(pool->usable(1));
+  EXPECT_EQ(reports.load(), 0);
+
+  // Everything goes to executor 1 now.
+  for (int i = 0; i < 5; ++i) {
+    std::unique_ptr<Task> task = MakeTask(1);
+    ASSERT_TRUE(pool->Schedule(task).ok());
+  }
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (hanging[1]->runs.load() == 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_GE(hanging[1]->runs.load(), 1);
+  EXPECT_EQ(hanging[0]->runs.load(), 1);
+
+  // Executor 1 hangs too: none is left, reported once, and refused.
+  hanging[1]->hang = true;
+  std::unique_ptr<Task> second = MakeTask(1);
+  ASSERT_TRUE(pool->Schedule(second).ok());
+  ASSERT_TRUE(wait_until_unusable(1)) << "executor 1 never left service";
+  EXPECT_EQ(reports.load(), 1);
+  std::unique_ptr<Task> refused = MakeTask(1);
+  EXPECT_EQ(pool->Schedule(refused).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(reports.load(), 1);
+
+  // The devices come back (here): every accepted task is answered once.
+  hanging[0]->Release();
+  hanging[1]->Release();
+  pool.reset();
+  for (size_t i = 0; i + 1 < sinks_.size(); ++i) EXPECT_EQ(sinks_[i].calls, 1) << i;
+  EXPECT_EQ(sinks_.back().calls, 0);  // refused, never accepted
   EXPECT_EQ(budget_.used(), 0);
 }
 

@@ -126,6 +126,7 @@ TEST(OptionsTest, HelpListsEveryFlagWithItsEnvironmentVariableAndDefault) {
                            "max_connection_age_ms",
                            "max_connection_age_grace_ms",
                            "drain_timeout_s",
+                           "batch_timeout_s",
                            "memory_release_interval_s",
                            "log_level"}) {
     std::string env = std::string("NORMSVC_") + flag;
@@ -158,6 +159,7 @@ TEST(OptionsTest, BadValuesAreErrorsNamingTheFlagOrVariable) {
       {{"--reply_threads=257"}, {}, "--reply_threads must be <= 256"},
       {{"--idle_spin_us=-2"}, {}, "--idle_spin_us must be >= -1"},
       {{"--overlap_min_bytes=-1"}, {}, "--overlap_min_bytes must be >= 0"},
+      {{"--batch_timeout_s=-2"}, {}, "--batch_timeout_s must be >= -1"},
       {{"--max_hidden_size=2000000"}, {}, "--max_hidden_size must be <= 1048576"},
       {{"--log_level=loud"}, {}, "--log_level: 'loud'"},
       {{"--drain_timeout_s"}, {}, "--drain_timeout_s needs a value"},
