@@ -123,8 +123,9 @@ TEST(ParameterStoreLimitTest, SetsStillHeldAfterReplaceOrDeleteCountAgainstTheLi
   ParameterStore store(ParameterLimits{16, 3 * kSetBytes}, {&executor});
   uint64_t seed = std::random_device{}();
   auto register_set = [&](const std::string& name, bool replace) {
-    return store.Register(name, 256, kernels::DType::kF32, RandomFloats(256, ++seed),
-                          RandomFloats(256, ++seed), replace);
+    const std::string gamma = RandomFloats(256, ++seed);
+    const std::string beta = RandomFloats(256, ++seed);
+    return store.Register(name, 256, kernels::DType::kF32, gamma, beta, replace);
   };
   ASSERT_TRUE(register_set("a", false).ok());
   ASSERT_TRUE(register_set("b", false).ok());
