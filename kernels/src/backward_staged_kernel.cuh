@@ -190,8 +190,7 @@ __device__ __forceinline__ void StagedBackwardRows(const BackwardParams& p, cons
         for (int j = 0; j < W; ++j) {
           const float g = PackElement(dyc, j) * gamma[k][j];
           if constexpr (kLayerNorm) sums[0] += g;
-          sums[kLayerNorm ? 1 : 0] =
-              fmaf(g, centred(PackElement(xc, j)), sums[kLayerNorm ? 1 : 0]);
+          sums[kLayerNorm ? 1 : 0] = fmaf(g, centred(PackElement(xc, j)), sums[kLayerNorm ? 1 : 0]);
         }
       }
     }
