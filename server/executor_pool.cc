@@ -100,7 +100,11 @@ void ExecutorPool::WatchLoop(absl::Duration timeout) {
   // within 1.25 timeouts; at most a second, at least 10 ms.
   const absl::Duration interval = std::clamp(timeout / 4, absl::Milliseconds(10), absl::Seconds(1));
   absl::MutexLock lock(&watch_mutex_);
-  while (!watch_mutex_.AwaitWithTimeout(absl::Condition(&watch_stopping_), interval)) {
+  while (!watch_stopping_) {
+    // A CondVar rather than Mutex::AwaitWithTimeout: the ThreadSanitizer
+    // build annotates absl's Lock, Unlock and CondVar waits only.
+    watch_wake_.WaitWithTimeout(&watch_mutex_, interval);
+    if (watch_stopping_) break;
     for (int i = 0; i < size(); ++i) {
       if (stuck_[i].load(std::memory_order_acquire)) continue;
       const absl::Duration running = workers_[i]->LongestRunningBatch();
@@ -124,6 +128,7 @@ void ExecutorPool::Close() {
   {
     absl::MutexLock lock(&watch_mutex_);
     watch_stopping_ = true;
+    watch_wake_.Signal();
   }
   if (watcher_.joinable()) watcher_.join();
 }

@@ -76,6 +76,7 @@ class ExecutorPool {
   std::atomic<bool> reported_no_healthy_executor_{false};
   std::unique_ptr<std::atomic<bool>[]> stuck_;
   absl::Mutex watch_mutex_;
+  absl::CondVar watch_wake_;
   bool watch_stopping_ ABSL_GUARDED_BY(watch_mutex_) = false;
   std::thread watcher_;
 };

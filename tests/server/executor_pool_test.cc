@@ -7,9 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <deque>
-
-#include "absl/synchronization/notification.h"
+#include <mutex>
 
 #include "server/memory_budget.h"
 #include "server/metrics.h"
@@ -151,7 +151,10 @@ class HangingExecutor final : public Executor {
   int64_t max_batch_staging_bytes() const override { return 0; }
   BatchResult Run(const Batch& batch, int) override {
     runs.fetch_add(1);
-    if (hang.load()) released_.WaitForNotification();
+    if (hang.load()) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      released_cv_.wait(lock, [this] { return released_; });
+    }
     BatchResult result;
     result.statuses.assign(batch.tasks.size(), absl::OkStatus());
     return result;
@@ -161,7 +164,9 @@ class HangingExecutor final : public Executor {
   }
   bool healthy() const override { return true; }
   void Release() {
-    if (!released_.HasBeenNotified()) released_.Notify();
+    std::lock_guard<std::mutex> lock(mutex_);
+    released_ = true;
+    released_cv_.notify_all();
   }
 
   std::atomic<bool> hang{false};
@@ -169,7 +174,11 @@ class HangingExecutor final : public Executor {
 
  private:
   DeviceDescription device_;
-  absl::Notification released_;
+  // std:: primitives, not absl::Notification: the ThreadSanitizer build
+  // annotates absl's Lock, Unlock and CondVar waits only.
+  std::mutex mutex_;
+  std::condition_variable released_cv_;
+  bool released_ = false;
 };
 
 // --batch_timeout_s: a batch that runs past the timeout takes its executor
