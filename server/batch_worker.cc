@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/log.h"
 #include "server/thread_name.h"
@@ -39,6 +40,19 @@ int64_t SteadyNanos() {
 
 BatchResult ExecuteBatch(Executor& executor, const DeviceMetrics& metrics, const Batch& batch,
                          int slot) {
+  if (!executor.in_service()) {
+    // Taken out of service (a hung device) or failed: the batch never
+    // reaches the device, and its requests learn so now, not at their
+    // deadlines.
+    BatchResult refused;
+    refused.statuses.assign(batch.tasks.size(),
+                            absl::UnavailableError(absl::StrCat(
+                                executor.device().label,
+                                " is out of service (an unrecoverable device error or a batch past "
+                                "--batch_timeout_s; see the server log)")));
+    refused.run_started_at = refused.run_finished_at = absl::Now();
+    return refused;
+  }
   metrics.batch_rows->Observe(static_cast<double>(batch.rows));
   metrics.batch_requests->Observe(static_cast<double>(batch.tasks.size()));
   metrics.batches_in_flight->Increment();

@@ -283,6 +283,15 @@ void Batcher::Close() {
   ready_.SignalAll();
 }
 
+void Batcher::FailQueued(const absl::Status& status) {
+  std::vector<Dropped> dropped;
+  {
+    absl::MutexLock lock(&mutex_);
+    while (!queue_.empty()) dropped.push_back({PopLocked(), status});
+  }
+  FinishDropped(&dropped);
+}
+
 void Batcher::Finish(std::unique_ptr<Task> task, const absl::Status& status) {
   if (budget_ != nullptr) budget_->Release(task->memory_bytes());
   TaskSink* sink = task->sink;

@@ -108,6 +108,10 @@ class Batcher {
   // without waiting for max_queue_delay. Wakes all waiting workers.
   void Close();
 
+  // Finishes every queued task with `status` now (its executor was taken
+  // out of service); batches already taken are not affected.
+  void FailQueued(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mutex_);
+
   // Releases the task's bytes, reports how its batch ran (when it ran) and
   // `status` to its sink, and deletes it.
   void Finish(std::unique_ptr<Task> task, const absl::Status& status);

@@ -4,6 +4,7 @@
 // (CUDA, one per device).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -72,9 +73,34 @@ class Executor {
   // Blocking: call from a control thread, never from an RPC handler.
   virtual absl::StatusOr<DeviceBuffer> Upload(const void* host, std::size_t bytes) = 0;
 
-  // False once the device hit an unrecoverable error; the pool stops
-  // routing to it.
+  // False once the device hit an unrecoverable error (the executor's own
+  // finding); the pool stops routing to it.
   virtual bool healthy() const = 0;
+
+  // Takes the executor out of service until the process restarts: the
+  // server found its device hung (a batch ran past --batch_timeout_s). From
+  // then on it gets no tasks, no parameter uploads, and the batches already
+  // queued for it are answered UNAVAILABLE without reaching the device.
+  // Thread-safe; idempotent.
+  void TakeOutOfService() { taken_out_of_service_->store(true, std::memory_order_release); }
+  // Whether the executor may be given work: healthy and not taken out of
+  // service. The one test every user of an executor applies.
+  bool in_service() const { return healthy() && !taken_out_of_service(); }
+
+ protected:
+  bool taken_out_of_service() const {
+    return taken_out_of_service_->load(std::memory_order_acquire);
+  }
+  // The same flag, for deleters of DeviceBuffers, which may outlive the
+  // executor: memory on a hung device is not freed (freeing waits for the
+  // device, which would hang the thread that drops the last reference).
+  std::shared_ptr<const std::atomic<bool>> taken_out_of_service_flag() const {
+    return taken_out_of_service_;
+  }
+
+ private:
+  const std::shared_ptr<std::atomic<bool>> taken_out_of_service_ =
+      std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace normsvc::server

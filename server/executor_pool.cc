@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 
 #include "server/log.h"
 #include "server/thread_name.h"
@@ -22,11 +25,8 @@ int ReplyThreads(int requested) {
 ExecutorPool::ExecutorPool(std::vector<std::unique_ptr<Executor>> executors,
                            const BatcherOptions& batching, MemoryBudget* budget,
                            ServiceMetrics& metrics, int reply_threads)
-    : executors_(std::move(executors)),
-      replies_(ReplyThreads(reply_threads)),
-      stuck_(new std::atomic<bool>[executors_.size()]) {
+    : executors_(std::move(executors)), replies_(ReplyThreads(reply_threads)) {
   for (int i = 0; i < size(); ++i) {
-    stuck_[i].store(false, std::memory_order_relaxed);
     BatcherOptions options = batching;
     options.max_batch_staging_bytes = executors_[i]->max_batch_staging_bytes();
     batchers_.push_back(
@@ -106,14 +106,21 @@ void ExecutorPool::WatchLoop(absl::Duration timeout) {
     watch_wake_.WaitWithTimeout(&watch_mutex_, interval);
     if (watch_stopping_) break;
     for (int i = 0; i < size(); ++i) {
-      if (stuck_[i].load(std::memory_order_acquire)) continue;
+      if (!usable(i)) continue;
       const absl::Duration running = workers_[i]->LongestRunningBatch();
       if (running <= timeout) continue;
-      stuck_[i].store(true, std::memory_order_release);
-      Log(LogLevel::kError, executors_[i]->device().label, ": a batch has run for ",
-          absl::FormatDuration(running), ", past --batch_timeout_s (",
-          absl::FormatDuration(timeout),
+      const std::string& label = executors_[i]->device().label;
+      executors_[i]->TakeOutOfService();
+      Log(LogLevel::kError, label, ": a batch has run for ", absl::FormatDuration(running),
+          ", past --batch_timeout_s (", absl::FormatDuration(timeout),
           "): the device looks hung; no more batches are routed to it until restart");
+      // Close first, so that no task routed here just before the executor
+      // left service can slip in behind the queue's failure.
+      batchers_[i]->Close();
+      batchers_[i]->FailQueued(absl::UnavailableError(
+          absl::StrCat(label,
+                       " was taken out of service while the request was queued: a batch "
+                       "on it ran past --batch_timeout_s (the device looks hung)")));
       ReportIfNoneUsable();
     }
   }

@@ -43,7 +43,9 @@ class ExecutorPool {
   // Watches the batches running on every executor: a batch that runs longer
   // than `timeout` (a kernel or a copy that never ends: a hung device never
   // gives its slot back) takes its executor out of service until restart,
-  // with an error in the log. Call once, after Start(); Close() stops it.
+  // with an error in the log: its batcher refuses new tasks and answers the
+  // queued ones UNAVAILABLE at once (they would wait for the device until
+  // their deadlines). Call once, after Start(); Close() stops it.
   void WatchForStuckBatches(absl::Duration timeout);
   // Hands `task` to the usable executor with the fewest pending rows (ties
   // rotate). Same ownership contract as Batcher::Schedule.
@@ -57,10 +59,9 @@ class ExecutorPool {
   int size() const { return static_cast<int>(executors_.size()); }
   Executor& executor(int i) { return *executors_[i]; }
   Batcher& batcher(int i) { return *batchers_[i]; }
-  // False once executor i failed (Executor::healthy) or had a stuck batch.
-  bool usable(int i) const {
-    return executors_[i]->healthy() && !stuck_[i].load(std::memory_order_acquire);
-  }
+  // False once executor i failed (Executor::healthy) or had a stuck batch
+  // (Executor::TakeOutOfService).
+  bool usable(int i) const { return executors_[i]->in_service(); }
   std::vector<Executor*> executor_pointers() const;
 
  private:
@@ -74,7 +75,6 @@ class ExecutorPool {
   std::atomic<uint32_t> rotation_{0};
   std::function<void()> on_no_healthy_executor_;
   std::atomic<bool> reported_no_healthy_executor_{false};
-  std::unique_ptr<std::atomic<bool>[]> stuck_;
   absl::Mutex watch_mutex_;
   absl::CondVar watch_wake_;
   bool watch_stopping_ ABSL_GUARDED_BY(watch_mutex_) = false;

@@ -394,6 +394,9 @@ absl::Status GpuExecutor::RunRound(std::span<const TaskSlice> slices, Slot& slot
 }
 
 absl::StatusOr<DeviceBuffer> GpuExecutor::Upload(const void* host, std::size_t bytes) {
+  if (!in_service()) {
+    return absl::UnavailableError(absl::StrCat(device_.label, " is out of service"));
+  }
   NORMSVC_CUDA_TRY(cudaSetDevice(options_.device));
   void* memory = nullptr;
   NORMSVC_CUDA_TRY(cudaMalloc(&memory, bytes));
@@ -404,7 +407,10 @@ absl::StatusOr<DeviceBuffer> GpuExecutor::Upload(const void* host, std::size_t b
         absl::StrCat(device_.label, ": parameter upload: ", cudaGetErrorString(error)));
   }
   const int device = options_.device;
-  return DeviceBuffer(memory, [device](void* pointer) {
+  return DeviceBuffer(memory, [device, hung = taken_out_of_service_flag()](void* pointer) {
+    // A hung device's memory is left to the process's end: cudaFree waits
+    // for the device.
+    if (hung->load(std::memory_order_acquire)) return;
     // The last holder may be any thread, with any current device.
     int previous = 0;
     cudaGetDevice(&previous);

@@ -215,7 +215,8 @@ std::vector<FlagSpec> Flags() {
   flags.push_back(Int64Flag(
       "batch_timeout_s", &ServerOptions::batch_timeout_s,
       absl::StrCat("a batch that runs longer than this takes its executor out of service until "
-                   "restart (a hung device never gives its batch slot back); with none left, "
+                   "restart (a hung device never gives its batch slot back) and answers the "
+                   "requests queued for it UNAVAILABLE; with none left, "
                    "health turns NOT_SERVING (0: never; -1: ",
                    kAutoBatchTimeoutS, " on the CUDA backend, 0 on the CPU backend)")));
   flags.push_back(Int64Flag("drain_grace_ms", &ServerOptions::drain_grace_ms,

@@ -76,16 +76,17 @@ absl::StatusOr<std::shared_ptr<const ParameterSet>> ParameterStore::Register(
   set->has_gamma = !gamma.empty();
   set->has_beta = !beta.empty();
   set->bytes = bytes;
-  // An executor out of service (an unrecoverable device error; it never
-  // returns) gets no more tasks, so it gets no copy: one failed device must
-  // not fail every registration on the others.
+  // An executor out of service (an unrecoverable device error or a hung
+  // device; it never returns) gets no more tasks, so it gets no copy: one
+  // failed device must not fail every registration on the others, and an
+  // upload to a hung one would block this thread for good.
   int copies = 0;
   for (Executor* executor : executors_) {
     DeviceBuffer gamma_copy, beta_copy;
-    if (executor->healthy()) {
+    if (executor->in_service()) {
       absl::Status status = UploadIfPresent(*executor, gamma, &gamma_copy);
       if (status.ok()) status = UploadIfPresent(*executor, beta, &beta_copy);
-      if (!status.ok() && executor->healthy()) return status;
+      if (!status.ok() && executor->in_service()) return status;
       if (status.ok()) {
         ++copies;
       } else {
@@ -97,8 +98,8 @@ absl::StatusOr<std::shared_ptr<const ParameterSet>> ParameterStore::Register(
   }
   if (copies == 0) {
     return absl::UnavailableError(
-        "no healthy executor to hold the parameter set: every device failed with an "
-        "unrecoverable error (see the server log)");
+        "no executor in service to hold the parameter set: every device failed with an "
+        "unrecoverable error or a batch past --batch_timeout_s (see the server log)");
   }
   set->live_bytes_ = live_bytes_;
   live_bytes_->fetch_add(bytes, std::memory_order_acq_rel);

@@ -63,10 +63,11 @@ class ParameterStore {
   // `executors` are indexed as in Task execution (executor index = position).
   ParameterStore(ParameterLimits limits, std::vector<Executor*> executors);
 
-  // Uploads to every healthy executor and publishes the set. gamma/beta may
-  // be empty views (absent) but not both. ALREADY_EXISTS unless `replace`;
-  // RESOURCE_EXHAUSTED beyond the limits; a healthy executor's upload error
-  // as it is; UNAVAILABLE when no executor is healthy. Blocking.
+  // Uploads to every executor in service (Executor::in_service) and
+  // publishes the set. gamma/beta may be empty views (absent) but not both.
+  // ALREADY_EXISTS unless `replace`; RESOURCE_EXHAUSTED beyond the limits; an
+  // in-service executor's upload error as it is; UNAVAILABLE when none is in
+  // service. Blocking.
   absl::StatusOr<std::shared_ptr<const ParameterSet>> Register(const std::string& name,
                                                                int64_t hidden, kernels::DType dtype,
                                                                absl::string_view gamma,

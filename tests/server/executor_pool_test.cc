@@ -205,15 +205,30 @@ TEST_F(ExecutorPoolTest, AStuckBatchTakesItsExecutorOutOfService) {
     return !pool->usable(i);
   };
 
-  // Executor 0 hangs on its first batch.
+  // Executor 0 hangs on its first batch; a second task queues behind it.
   hanging[0]->hang = true;
   std::unique_ptr<Task> stuck = MakeTask(1);
   ASSERT_TRUE(pool->batcher(0).Schedule(stuck).ok());
+  const absl::Time started_by = absl::Now() + absl::Seconds(10);
+  while (hanging[0]->runs.load() == 0 && absl::Now() < started_by) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(hanging[0]->runs.load(), 1);
+  std::unique_ptr<Task> queued = MakeTask(1);
+  RecordingSink& queued_sink = sinks_.back();
+  ASSERT_TRUE(pool->batcher(0).Schedule(queued).ok());
   const absl::Time hung_at = absl::Now();
   ASSERT_TRUE(wait_until_unusable(0)) << "executor 0 never left service";
   EXPECT_GE(absl::Now() - hung_at, kTimeout);
+  EXPECT_FALSE(hanging[0]->in_service());  // what the parameter store checks
   EXPECT_TRUE(pool->usable(1));
   EXPECT_EQ(reports.load(), 0);
+  // Its batcher is closed: nothing more can queue there.
+  std::unique_ptr<Task> late = MakeTask(1);
+  RecordingSink& late_sink = sinks_.back();
+  EXPECT_EQ(pool->batcher(0).Schedule(late).code(), absl::StatusCode::kUnavailable);
+  ASSERT_NE(late, nullptr);  // refused: still the caller's
+  late.reset();
 
   // Everything goes to executor 1 now.
   for (int i = 0; i < 5; ++i) {
@@ -241,8 +256,50 @@ TEST_F(ExecutorPoolTest, AStuckBatchTakesItsExecutorOutOfService) {
   hanging[0]->Release();
   hanging[1]->Release();
   pool.reset();
-  for (size_t i = 0; i + 1 < sinks_.size(); ++i) EXPECT_EQ(sinks_[i].calls, 1) << i;
-  EXPECT_EQ(sinks_.back().calls, 0);  // refused, never accepted
+  for (size_t i = 0; i + 1 < sinks_.size(); ++i) {
+    if (&sinks_[i] == &late_sink) continue;
+    EXPECT_EQ(sinks_[i].calls, 1) << i;
+  }
+  EXPECT_EQ(late_sink.calls, 0);      // refused, never accepted
+  EXPECT_EQ(sinks_.back().calls, 0);  // likewise
+  // The task queued behind the stuck batch was answered when its executor
+  // left service, not run after the device came back.
+  ASSERT_TRUE(queued_sink.result.has_value());
+  EXPECT_EQ(queued_sink.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(queued_sink.result->message().find("while the request was queued"), std::string::npos)
+      << *queued_sink.result;
+  EXPECT_EQ(hanging[0]->runs.load(), 1);
+  EXPECT_EQ(budget_.used(), 0);
+}
+
+// A batch that a worker takes for an executor out of service is answered
+// UNAVAILABLE without reaching the executor's device.
+TEST_F(ExecutorPoolTest, ABatchForAnExecutorOutOfServiceNeverReachesIt) {
+  std::vector<std::unique_ptr<Executor>> executors;
+  auto only = std::make_unique<HangingExecutor>("cuda:0");
+  HangingExecutor* executor = only.get();
+  executors.push_back(std::move(only));
+  auto pool = std::make_unique<ExecutorPool>(std::move(executors), BatcherOptions{}, &budget_,
+                                             metrics_, /*reply_threads=*/0);
+  pool->Start();
+  executor->TakeOutOfService();
+  constexpr int kTasks = 3;
+  for (int i = 0; i < kTasks; ++i) {
+    std::unique_ptr<Task> task = MakeTask(i + 1);
+    ASSERT_TRUE(pool->batcher(0).Schedule(task).ok());  // the routing would refuse it
+  }
+  pool->Close();
+  pool->Join();  // every task answered
+  EXPECT_EQ(executor->runs.load(), 0);
+  pool.reset();
+  ASSERT_EQ(sinks_.size(), static_cast<size_t>(kTasks));
+  for (const RecordingSink& sink : sinks_) {
+    EXPECT_EQ(sink.calls, 1);
+    ASSERT_TRUE(sink.result.has_value());
+    EXPECT_EQ(sink.code(), absl::StatusCode::kUnavailable);
+    EXPECT_NE(sink.result->message().find("cuda:0 is out of service"), std::string::npos)
+        << *sink.result;
+  }
   EXPECT_EQ(budget_.used(), 0);
 }
 

@@ -294,6 +294,24 @@ TEST_F(GpuExecutorTest, InjectedCudaErrorFailsOneBatchAndTheExecutorKeepsServing
   }
 }
 
+// Taken out of service (as the stuck-batch watch does for a hung device):
+// no more uploads, and memory uploaded before is left alone when its set is
+// dropped (freeing would wait for the device).
+TEST_F(GpuExecutorTest, AnExecutorTakenOutOfServiceRefusesUploadsAndFreesNothing) {
+  std::mt19937_64 rng(TestSeed() + 45);
+  HostTensor gamma = RandomTensor(rng, DType::kF32, {256}, 1.0, 0.25);
+  absl::StatusOr<DeviceBuffer> held = executor_->Upload(gamma.bytes.data(), gamma.bytes.size());
+  ASSERT_TRUE(held.ok()) << held.status();
+  executor_->TakeOutOfService();
+  EXPECT_FALSE(executor_->in_service());
+  EXPECT_TRUE(executor_->healthy());  // the device reported no error itself
+  absl::StatusOr<DeviceBuffer> refused = executor_->Upload(gamma.bytes.data(), gamma.bytes.size());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_NE(refused.status().message().find("cuda:0"), std::string::npos) << refused.status();
+  held->reset();  // the deleter returns without cudaFree; nothing to observe but no hang
+}
+
 TEST(GpuBackendTest, FaultInjectionNeedsAGpuExecutor) {
   class NotGpu final : public Executor {
    public:

@@ -107,6 +107,34 @@ TEST_F(ParameterStoreTest, AHealthyExecutorsUploadErrorFailsTheRegistration) {
   EXPECT_TRUE(store_.List().empty());
 }
 
+// An executor the stuck-batch watch took out of service (its device looks
+// hung) stays healthy() by its own account, yet gets no upload: one would
+// block the control thread on the hung device for good.
+TEST_F(ParameterStoreTest, AnExecutorTakenOutOfServiceGetsNoUpload) {
+  executors_[0].TakeOutOfService();
+  absl::StatusOr<std::shared_ptr<const ParameterSet>> set = Register("hung0");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(executors_[0].uploads, 0);
+  EXPECT_EQ((*set)->gamma(0), nullptr);
+  EXPECT_EQ((*set)->beta(0), nullptr);
+  for (int i : {1, 2}) {
+    ASSERT_NE((*set)->gamma(i), nullptr) << i;
+    EXPECT_EQ(std::memcmp((*set)->gamma(i), gamma_.data(), gamma_.size()), 0) << i;
+    EXPECT_EQ(executors_[i].uploads, 2) << i;  // gamma and beta
+  }
+
+  executors_[1].TakeOutOfService();
+  executors_[2].TakeOutOfService();
+  absl::StatusOr<std::shared_ptr<const ParameterSet>> refused = Register("hung1");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_NE(refused.status().message().find("--batch_timeout_s"), std::string::npos)
+      << refused.status();
+  EXPECT_EQ(executors_[1].uploads, 2);  // only the first registration's
+  EXPECT_EQ(executors_[2].uploads, 2);
+  EXPECT_EQ(store_.Find("hung1"), nullptr);
+}
+
 TEST_F(ParameterStoreTest, NoHealthyExecutorIsUnavailable) {
   for (HostUploadExecutor& executor : executors_) executor.healthy_flag = false;
   absl::StatusOr<std::shared_ptr<const ParameterSet>> set = Register("ln2");
