@@ -50,7 +50,8 @@ absl::Status Batcher::Schedule(std::unique_ptr<Task>& task) {
     rejections_.queue_full->Increment();
     return absl::ResourceExhaustedError(
         absl::StrCat("server memory budget spent: ", budget_->used(), " of ", budget_->limit(),
-                     " bytes held by accepted requests (--max_queued_bytes); retry later"));
+                     " bytes held by accepted requests and their replies not yet sent "
+                     "(--max_queued_bytes); retry later"));
   }
   task->enqueued_at = now;
   deadlines_.insert(task->deadline);
@@ -293,12 +294,13 @@ void Batcher::FailQueued(const absl::Status& status) {
 }
 
 void Batcher::Finish(std::unique_ptr<Task> task, const absl::Status& status) {
-  if (budget_ != nullptr) budget_->Release(task->memory_bytes());
+  MemoryReservation reservation = MemoryReservation::Adopt(budget_, task->memory_bytes());
   TaskSink* sink = task->sink;
   if (task->execution) sink->OnTaskExecuted(*task->execution);
   // The task (and any parameter set it holds) goes first: after OnTaskDone
   // the request memory its views point into may be gone.
   task.reset();
+  sink->HoldUntilReplied(std::move(reservation));
   sink->OnTaskDone(status);
 }
 

@@ -112,8 +112,9 @@ class Batcher {
   // out of service); batches already taken are not affected.
   void FailQueued(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mutex_);
 
-  // Releases the task's bytes, reports how its batch ran (when it ran) and
-  // `status` to its sink, and deletes it.
+  // Reports how the task's batch ran (when it ran), hands its share of the
+  // byte budget to its sink (TaskSink::HoldUntilReplied), deletes it and
+  // reports `status` to the sink.
   void Finish(std::unique_ptr<Task> task, const absl::Status& status);
 
   // For routing and tests; read without the lock.

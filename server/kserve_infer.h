@@ -42,6 +42,12 @@ class KserveInference : public TaskSink {
 
   bool IsCancelled() const final { return cancelled_.load(std::memory_order_relaxed); }
   void OnTaskExecuted(const BatchExecution& execution) final { timing_.execution = execution; }
+  // Kept until the reply is written (the stream: ReleaseReplyMemory) or the
+  // call ends (unary: its deletion), so that --max_queued_bytes bounds
+  // replies that wait for a slow client too.
+  void HoldUntilReplied(MemoryReservation reservation) final {
+    reservation_ = std::move(reservation);
+  }
   void OnTaskDone(const absl::Status& status) final;
 
  protected:
@@ -51,6 +57,8 @@ class KserveInference : public TaskSink {
   void MarkCancelled() { cancelled_.store(true, std::memory_order_relaxed); }
   // True when the last run was refused because the server is draining.
   bool refused_for_drain() const { return refused_for_drain_; }
+  // The last run's reply has been written: its share of the budget goes back.
+  void ReleaseReplyMemory() { reservation_ = MemoryReservation(); }
 
  private:
   void Complete(const absl::Status& status);
@@ -68,6 +76,7 @@ class KserveInference : public TaskSink {
   KserveInferTiming timing_;
   bool entered_ = false;
   bool refused_for_drain_ = false;
+  MemoryReservation reservation_;
   std::atomic<bool> cancelled_{false};
 };
 

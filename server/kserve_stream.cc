@@ -63,6 +63,7 @@ class KserveStreamCall final : public StreamReactor, public KserveInference, pub
 
   void OnWriteDone(bool ok) override {
     started_.load(std::memory_order_acquire);
+    ReleaseReplyMemory();
     bool drain = false;
     {
       absl::MutexLock lock(&mutex_);

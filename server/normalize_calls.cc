@@ -116,6 +116,12 @@ class TensorCall final : public grpc::ServerUnaryReactor, public TaskSink {
   }
 
   bool IsCancelled() const override { return cancelled_.load(std::memory_order_relaxed); }
+  // The request (whose receive slices the task read) and the response both
+  // live until OnDone, after gRPC has sent the reply: the budget's share
+  // goes with this object.
+  void HoldUntilReplied(MemoryReservation reservation) override {
+    reservation_ = std::move(reservation);
+  }
   void OnTaskDone(const absl::Status& status) override { Reply(status); }
   // OnCancel and OnDone are trivial (an atomic store; delete this) and take
   // no lock, so gRPC may run them inline on whichever thread completes the
@@ -155,6 +161,7 @@ class TensorCall final : public grpc::ServerUnaryReactor, public TaskSink {
   std::optional<kernels::DType> dtype_;
   int64_t rows_ = 0;
   bool entered_ = false;
+  MemoryReservation reservation_;  // set on a batch thread before Reply
   std::atomic<bool> cancelled_{false};
   // Hands the constructed object to the thread that runs OnCancel. gRPC calls
   // OnCancel, on its own thread, only after the handler has returned this

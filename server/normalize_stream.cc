@@ -141,6 +141,11 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
   struct Item final : TaskSink {
     explicit Item(NormalizeStreamCall* owner) : stream(owner) {}
     bool IsCancelled() const override { return stream->cancelled_.load(std::memory_order_relaxed); }
+    // Kept (down to the serialized reply's size, Complete) until the reply
+    // is written or dropped: a client that reads its replies slowly holds
+    // budget, and new requests meet RESOURCE_EXHAUSTED instead of the
+    // server's memory growing.
+    void HoldUntilReplied(MemoryReservation held) override { reservation = std::move(held); }
     void OnTaskDone(const absl::Status& status) override { stream->Complete(this, status); }
 
     NormalizeStreamCall* const stream;
@@ -154,6 +159,7 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     uint64_t request_id = 0;
     int64_t rows = 0;
     bool entered = false;
+    MemoryReservation reservation;
   };
 
   // A message that did not parse: counted as a request refused at the edge.
@@ -252,7 +258,8 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
       error->set_message(std::string(status.message()));
     }
     // The task is gone (Batcher::Finish): the request's bytes can go now,
-    // and the reply waits for its write as bytes only.
+    // and the reply waits for its write as bytes only (and holds that much
+    // of the budget).
     item->request = v1::NormalizeRequest();
     if (!SerializeMessageBytes(item->reply, &item->reply_bytes)) {
       item->reply = v1::NormalizeStreamResponse();
@@ -263,6 +270,8 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
       SerializeMessageBytes(item->reply, &item->reply_bytes);
     }
     item->reply = v1::NormalizeStreamResponse();
+    // What stays in memory until the write: the serialized reply.
+    item->reservation.ShrinkTo(static_cast<int64_t>(item->reply_bytes.Length()));
     if (item->entered) service_.gate->Exit();
     Actions actions;
     {

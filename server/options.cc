@@ -162,9 +162,9 @@ std::vector<FlagSpec> Flags() {
                             "may use 8 or more CPUs, its affinity and cgroup CPU limit counted, "
                             "else off)"));
   flags.push_back(Int64Flag("max_queued_bytes", &ServerOptions::max_queued_bytes,
-                            "request + response bytes accepted and not yet answered, per server, "
-                            "before RESOURCE_EXHAUSTED (a request needing more than this alone: "
-                            "INVALID_ARGUMENT)"));
+                            "request + response bytes accepted and not yet answered (a reply "
+                            "counts until it is sent), per server, before RESOURCE_EXHAUSTED (a "
+                            "request needing more than this alone: INVALID_ARGUMENT)"));
   flags.push_back(
       Int64Flag("max_hidden_size", &ServerOptions::max_hidden_size, "largest H accepted"));
   flags.push_back(Int64Flag("max_request_rows", &ServerOptions::max_request_rows,

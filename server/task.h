@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "normsvc/kernels/types.h"
+#include "server/memory_budget.h"
 #include "server/received_bytes.h"
 
 namespace normsvc::server {
@@ -52,6 +53,14 @@ class TaskSink {
   // thread, when the task ran in a batch (whatever its status). Sinks that
   // keep no per-stage statistics ignore it.
   virtual void OnTaskExecuted(const BatchExecution& /*execution*/) {}
+  // Called once per task that was accepted (Batcher::Schedule returned OK),
+  // just before OnTaskDone and on the same thread, with the task's share of
+  // --max_queued_bytes (its request and response bytes). A sink whose
+  // request or reply memory outlives OnTaskDone (a reply not yet sent to a
+  // slow client) keeps `reservation`, or the part of it that is still in
+  // memory, until that memory is gone, so that the budget bounds replies
+  // waiting for their client too. By default it is given back at once.
+  virtual void HoldUntilReplied(MemoryReservation /*reservation*/) {}
 
  protected:
   ~TaskSink() = default;
