@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 
 #include "server/raw_message.h"
+#include "server/received_request.h"
 #include "server/status_mapping.h"
 #include "server/task_builder.h"
 #include "server/tensor_codec.h"
@@ -72,7 +73,10 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
       }
     }
     if (item != nullptr) {
-      const bool parsed = ParseMessageBytes(&item->received, &item->request).ok();
+      // As Normalize: the tensors' data stays in gRPC's buffers until the
+      // executor copies it into its staging memory (received_request.h).
+      item->request = std::make_unique<ReceivedNormalizeRequest>();
+      const bool parsed = ParseReceivedNormalizeRequest(&item->received, item->request.get()).ok();
       if (parsed) {
         Process(item.release());
       } else {
@@ -149,8 +153,8 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     void OnTaskDone(const absl::Status& status) override { stream->Complete(this, status); }
 
     NormalizeStreamCall* const stream;
-    grpc::ByteBuffer received;  // the message as read; parsed into `request`
-    v1::NormalizeRequest request;
+    grpc::ByteBuffer received;  // the message as read; taken over by `request`
+    std::unique_ptr<ReceivedNormalizeRequest> request;  // dropped once its task is done
     v1::NormalizeStreamResponse reply;
     grpc::ByteBuffer reply_bytes;  // `reply`, serialized, as written
     absl::Time start;
@@ -219,9 +223,10 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
   // Validates and schedules one request; answers at once when refused.
   void Process(Item* item) {
     item->start = absl::Now();
-    item->op = FromProtoOp(item->request.op());
-    item->dtype = FromProtoDType(item->request.input().dtype());
-    item->request_id = item->request.request_id();
+    const v1::NormalizeRequest& request = item->request->message;
+    item->op = FromProtoOp(request.op());
+    item->dtype = FromProtoDType(request.input().dtype());
+    item->request_id = request.request_id();
     item->reply.set_request_id(item->request_id);
     if (!service_.gate->TryEnter()) {
       {
@@ -232,13 +237,13 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     }
     item->entered = true;
     absl::StatusOr<ForwardPlan> plan =
-        ValidateNormalize(item->request, service_.limits, *service_.store);
+        ValidateNormalize(request, item->request->tensor_data(), service_.limits, *service_.store);
     if (!plan.ok()) return Complete(item, plan.status());
     item->rows = plan->input.rows;
     v1::NormalizeResponse* response = item->reply.mutable_response();
-    response->set_request_id(item->request.request_id());
+    response->set_request_id(item->request_id);
     std::unique_ptr<Task> task =
-        BuildForwardTask(*plan, item->request, response, DeadlineOf(context_->deadline()), item);
+        BuildForwardTask(*plan, request, response, DeadlineOf(context_->deadline()), item);
     if (item->rows == 0) return Complete(item, absl::OkStatus());
     const absl::Status status = service_.pool->Schedule(task);
     if (!status.ok()) {
@@ -260,7 +265,7 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     // The task is gone (Batcher::Finish): the request's bytes can go now,
     // and the reply waits for its write as bytes only (and holds that much
     // of the budget).
-    item->request = v1::NormalizeRequest();
+    item->request.reset();
     if (!SerializeMessageBytes(item->reply, &item->reply_bytes)) {
       item->reply = v1::NormalizeStreamResponse();
       v1::NormalizeStreamResponse::Error* error = item->reply.mutable_error();

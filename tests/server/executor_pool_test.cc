@@ -208,6 +208,7 @@ TEST_F(ExecutorPoolTest, AStuckBatchTakesItsExecutorOutOfService) {
   // Executor 0 hangs on its first batch; a second task queues behind it.
   hanging[0]->hang = true;
   std::unique_ptr<Task> stuck = MakeTask(1);
+  const absl::Time hung_at = absl::Now();  // before the batch can start
   ASSERT_TRUE(pool->batcher(0).Schedule(stuck).ok());
   const absl::Time started_by = absl::Now() + absl::Seconds(10);
   while (hanging[0]->runs.load() == 0 && absl::Now() < started_by) {
@@ -217,7 +218,6 @@ TEST_F(ExecutorPoolTest, AStuckBatchTakesItsExecutorOutOfService) {
   std::unique_ptr<Task> queued = MakeTask(1);
   RecordingSink& queued_sink = sinks_.back();
   ASSERT_TRUE(pool->batcher(0).Schedule(queued).ok());
-  const absl::Time hung_at = absl::Now();
   ASSERT_TRUE(wait_until_unusable(0)) << "executor 0 never left service";
   EXPECT_GE(absl::Now() - hung_at, kTimeout);
   EXPECT_FALSE(hanging[0]->in_service());  // what the parameter store checks
