@@ -170,9 +170,12 @@ std::vector<FlagSpec> Flags() {
   flags.push_back(Int64Flag("max_request_rows", &ServerOptions::max_request_rows,
                             "largest row count per request"));
   flags.push_back(Int64Flag("max_request_bytes", &ServerOptions::max_request_bytes,
-                            "largest input tensor per request"));
-  flags.push_back(Int64Flag("max_receive_message_bytes", &ServerOptions::max_receive_message_bytes,
-                            "gRPC receive limit (>= 64 MiB)"));
+                            "largest input tensor per request (x; a residual may be as large)"));
+  flags.push_back(Int64Flag(
+      "max_receive_message_bytes", &ServerOptions::max_receive_message_bytes,
+      "gRPC receive limit (>= 64 MiB); a request with a residual carries two tensors of up to "
+      "--max_request_bytes, so below twice that gRPC refuses such requests "
+      "(RESOURCE_EXHAUSTED) before normsvc sees them"));
   flags.push_back(Int64Flag("max_parameter_sets", &ServerOptions::max_parameter_sets,
                             "registered parameter sets"));
   flags.push_back(Int64Flag("max_parameter_bytes", &ServerOptions::max_parameter_bytes,
