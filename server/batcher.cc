@@ -32,7 +32,7 @@ absl::Status Batcher::Schedule(std::unique_ptr<Task>& task) {
     return absl::DeadlineExceededError("the deadline passed before the request was queued");
   }
   absl::MutexLock lock(&mutex_);
-  if (closed_) return absl::UnavailableError("server is shutting down");
+  if (closed_) return refusal_;
   if (budget_ != nullptr && task->memory_bytes() > budget_->limit()) {
     // No amount of waiting makes room: refuse it as the limit it exceeds,
     // not as a retryable shortage.
@@ -278,10 +278,16 @@ void Batcher::Flush() {
   ready_.SignalAll();
 }
 
-void Batcher::Close() {
+void Batcher::Close(absl::Status refusal) {
   absl::MutexLock lock(&mutex_);
+  if (!closed_) refusal_ = std::move(refusal);
   closed_ = true;
   ready_.SignalAll();
+}
+
+bool Batcher::closed() const {
+  absl::MutexLock lock(&mutex_);
+  return closed_;
 }
 
 void Batcher::FailQueued(const absl::Status& status) {

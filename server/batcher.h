@@ -104,9 +104,11 @@ class Batcher {
   // From now on batches close without waiting for max_queue_delay (the
   // drain); new tasks are still accepted.
   void Flush();
-  // Refuses new tasks (UNAVAILABLE); queued tasks still come out as batches,
-  // without waiting for max_queue_delay. Wakes all waiting workers.
-  void Close();
+  // Refuses new tasks with `refusal` (UNAVAILABLE; the first Close's
+  // stands); queued tasks still come out as batches, without waiting for
+  // max_queue_delay. Wakes all waiting workers.
+  void Close(absl::Status refusal = absl::UnavailableError("server is shutting down"));
+  bool closed() const ABSL_LOCKS_EXCLUDED(mutex_);
 
   // Finishes every queued task with `status` now (its executor was taken
   // out of service); batches already taken are not affected.
@@ -164,6 +166,7 @@ class Batcher {
   int64_t queued_staging_ ABSL_GUARDED_BY(mutex_) = 0;
   bool flushing_ ABSL_GUARDED_BY(mutex_) = false;
   bool closed_ ABSL_GUARDED_BY(mutex_) = false;
+  absl::Status refusal_ ABSL_GUARDED_BY(mutex_);         // Schedule's answer once closed_
   int64_t running_batches_ ABSL_GUARDED_BY(mutex_) = 0;  // taken, BatchDone not yet called
   // The deadlines of the queued tasks: workers wake at the earliest to
   // answer a request that expires while it waits, wherever it is queued.

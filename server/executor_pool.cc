@@ -46,11 +46,31 @@ void ExecutorPool::Start() {
 }
 
 absl::Status ExecutorPool::Schedule(std::unique_ptr<Task>& task) {
+  // A batcher that the stuck-batch watch closed after this routing chose
+  // it (its executor just left service) refuses; the task is routed once
+  // more, among the executors still in service. A batcher closed by the
+  // server's stop refuses again, and that answer stands.
+  for (int attempt = 0;; ++attempt) {
+    const int chosen = Route();
+    if (chosen < 0) {
+      ReportIfNoneUsable();
+      return absl::UnavailableError(
+          "no healthy executor: every device failed with an unrecoverable error or a stuck "
+          "batch (see the server log); the server now reports NOT_SERVING");
+    }
+    absl::Status status = batchers_[chosen]->Schedule(task);
+    if (status.ok() || attempt > 0 || usable(chosen) || !batchers_[chosen]->closed()) {
+      return status;
+    }
+  }
+}
+
+int ExecutorPool::Route() {
   // The healthy executor with the fewest queued rows among those whose
   // queue has room (--max_queue_size counts requests, so the fewest rows can
   // sit in a full queue of small requests); a full one only when every
   // healthy queue is full, which then refuses RESOURCE_EXHAUSTED. Ties go
-  // round the executors.
+  // round the executors. -1 when none is usable.
   const int n = size();
   const uint32_t start = rotation_.fetch_add(1, std::memory_order_relaxed);
   int best = -1;
@@ -69,13 +89,7 @@ absl::Status ExecutorPool::Schedule(std::unique_ptr<Task>& task) {
       best_rows = rows;
     }
   }
-  if (best < 0) {
-    ReportIfNoneUsable();
-    return absl::UnavailableError(
-        "no healthy executor: every device failed with an unrecoverable error or a stuck batch "
-        "(see the server log); the server now reports NOT_SERVING");
-  }
-  return batchers_[best]->Schedule(task);
+  return best;
 }
 
 void ExecutorPool::ReportIfNoneUsable() {
@@ -110,13 +124,15 @@ void ExecutorPool::WatchLoop(absl::Duration timeout) {
       const absl::Duration running = workers_[i]->LongestRunningBatch();
       if (running <= timeout) continue;
       const std::string& label = executors_[i]->device().label;
+      // Routing passes it over from here; a task routed to it just before
+      // meets the closed batcher and is routed again (Schedule); those
+      // already queued are answered now, not at their deadlines.
       executors_[i]->TakeOutOfService();
       Log(LogLevel::kError, label, ": a batch has run for ", absl::FormatDuration(running),
           ", past --batch_timeout_s (", absl::FormatDuration(timeout),
           "): the device looks hung; no more batches are routed to it until restart");
-      // Close first, so that no task routed here just before the executor
-      // left service can slip in behind the queue's failure.
-      batchers_[i]->Close();
+      batchers_[i]->Close(absl::UnavailableError(
+          absl::StrCat(label, " is out of service: a batch on it ran past --batch_timeout_s")));
       batchers_[i]->FailQueued(absl::UnavailableError(
           absl::StrCat(label,
                        " was taken out of service while the request was queued: a batch "

@@ -65,6 +65,8 @@ class ExecutorPool {
   std::vector<Executor*> executor_pointers() const;
 
  private:
+  // The executor Schedule gives a task to; -1 when none is usable.
+  int Route();
   void WatchLoop(absl::Duration timeout);
   void ReportIfNoneUsable();
 

@@ -63,10 +63,13 @@ class KserveStreamCall final : public StreamReactor, public KserveInference, pub
 
   void OnWriteDone(bool ok) override {
     started_.load(std::memory_order_acquire);
-    ReleaseReplyMemory();
     bool drain = false;
     {
       absl::MutexLock lock(&mutex_);
+      // Under the lock, which orders it after the batch thread's
+      // HoldUntilReplied (OnInferenceDone takes it too), where
+      // ThreadSanitizer can see the order gRPC's write completion keeps.
+      ReleaseReplyMemory();
       drain = draining_;
       if (!ok || drain) phase_ = Phase::kDone;
     }

@@ -103,13 +103,13 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     Actions actions;
     {
       absl::MutexLock lock(&mutex_);
+      stream_bytes_ -= writing_->charged;
       writing_.reset();
       --outstanding_;
       if (!ok) {
         // The client is gone: nothing more can be written.
         write_failed_ = true;
-        outstanding_ -= static_cast<int64_t>(to_write_.size());
-        to_write_.clear();
+        DropUnwrittenLocked();
       }
       DecideWriteLocked(&actions);
       DecideReadLocked(&actions);
@@ -124,8 +124,7 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     Actions actions;
     {
       absl::MutexLock lock(&mutex_);
-      outstanding_ -= static_cast<int64_t>(to_write_.size());
-      to_write_.clear();
+      DropUnwrittenLocked();
       DecideFinishLocked(&actions);
     }
     Run(actions);
@@ -164,6 +163,9 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     int64_t rows = 0;
     bool entered = false;
     MemoryReservation reservation;
+    // What this item adds to stream_bytes_ (guarded by the stream's mutex):
+    // its task's bytes while it runs, then its reply's until written.
+    int64_t charged = 0;
   };
 
   // A message that did not parse: counted as a request refused at the edge.
@@ -187,12 +189,21 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
   void DecideReadLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     if (read_pending_ || half_closed_ || draining_ || finished_ || write_failed_ ||
         !malformed_.ok() || cancelled_.load(std::memory_order_relaxed) ||
-        outstanding_ >= service_.max_stream_in_flight) {
+        outstanding_ >= service_.max_stream_in_flight ||
+        stream_bytes_ >= service_.max_stream_bytes) {
       return;
     }
     read_pending_ = true;
     reading_ = std::make_unique<Item>(this);
     actions->read = &reading_->received;
+  }
+
+  // Replies that will never be written (the client is gone): their budget
+  // goes back now.
+  void DropUnwrittenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    outstanding_ -= static_cast<int64_t>(to_write_.size());
+    for (const std::unique_ptr<Item>& item : to_write_) stream_bytes_ -= item->charged;
+    to_write_.clear();
   }
 
   void DecideWriteLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
@@ -245,6 +256,13 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     std::unique_ptr<Task> task =
         BuildForwardTask(*plan, request, response, DeadlineOf(context_->deadline()), item);
     if (item->rows == 0) return Complete(item, absl::OkStatus());
+    // Charged to the stream before it can run (its completion may come
+    // first): the next read decision sees it.
+    item->charged = task->memory_bytes();
+    {
+      absl::MutexLock lock(&mutex_);
+      stream_bytes_ += item->charged;
+    }
     const absl::Status status = service_.pool->Schedule(task);
     if (!status.ok()) {
       task.reset();
@@ -281,9 +299,14 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     Actions actions;
     {
       absl::MutexLock lock(&mutex_);
+      // From the task's bytes to its reply's (none when it is dropped).
+      stream_bytes_ -= item->charged;
+      item->charged = 0;
       if (cancelled_.load(std::memory_order_relaxed) || write_failed_ || finished_) {
         --outstanding_;  // nobody to write to
       } else {
+        item->charged = item->reservation.bytes();
+        stream_bytes_ += item->charged;
         to_write_.push_back(std::move(item));
         DecideWriteLocked(&actions);
       }
@@ -311,6 +334,11 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
   std::deque<std::unique_ptr<Item>> to_write_ ABSL_GUARDED_BY(mutex_);
   std::unique_ptr<Item> writing_ ABSL_GUARDED_BY(mutex_);
   int64_t outstanding_ ABSL_GUARDED_BY(mutex_) = 0;  // read and not yet written or dropped
+  // Budget bytes this stream holds: its tasks' (request and response) while
+  // they run, then its replies' (serialized) until written or dropped. Past
+  // max_stream_bytes it stops reading, so a client that reads slowly holds
+  // up its own stream, not the server's whole budget.
+  int64_t stream_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t messages_read_ ABSL_GUARDED_BY(mutex_) = 0;
   absl::Status malformed_ ABSL_GUARDED_BY(mutex_);  // set by a message that did not parse
   bool read_pending_ ABSL_GUARDED_BY(mutex_) = false;

@@ -199,7 +199,8 @@ std::vector<FlagSpec> Flags() {
                             "pinned host staging (and device buffer) per in-flight batch slot"));
   flags.push_back(Int64Flag("max_stream_in_flight", &ServerOptions::max_stream_in_flight,
                             "requests one NormalizeStream may have unanswered before it stops "
-                            "reading"));
+                            "reading (it also stops while its requests and unsent replies hold a "
+                            "quarter of --max_queued_bytes)"));
   flags.push_back(Int64Flag("keepalive_time_ms", &ServerOptions::keepalive_time_ms,
                             "server keepalive ping interval"));
   flags.push_back(Int64Flag("keepalive_timeout_ms", &ServerOptions::keepalive_timeout_ms,

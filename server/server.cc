@@ -124,6 +124,8 @@ Server::~Server() { Stop(); }
 
 const v1::GetServerInfoResponse& Server::info() const { return context_->server_info; }
 
+int64_t Server::queued_bytes() const { return budget_ != nullptr ? budget_->used() : 0; }
+
 absl::Status Server::Start() {
   if (started_) return absl::FailedPreconditionError("Start() was already called");
   started_ = true;
@@ -263,6 +265,7 @@ absl::Status Server::CreateExecutors() {
   context_->limits = {options_.max_hidden_size, options_.max_request_rows,
                       options_.max_request_bytes};
   context_->max_stream_in_flight = options_.max_stream_in_flight;
+  context_->max_stream_bytes = std::max<int64_t>(1, options_.max_queued_bytes / kStreamShare);
   context_->pool = pool_.get();
   context_->store = store_.get();
   context_->metrics = metrics_.get();

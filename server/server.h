@@ -62,6 +62,9 @@ class Server {
 
   // For tests and tools in-process: valid between Start and destruction.
   ExecutorPool& pool() { return *pool_; }
+  // Bytes of --max_queued_bytes held now: accepted requests and replies not
+  // yet sent.
+  int64_t queued_bytes() const;
   ServiceMetrics& metrics() { return *metrics_; }
   const v1::GetServerInfoResponse& info() const;
 

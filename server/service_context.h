@@ -21,6 +21,11 @@ namespace normsvc::server {
 struct ServiceContext {
   RequestLimits limits;
   int64_t max_stream_in_flight = 256;
+  // A NormalizeStream stops reading while its requests and replies not yet
+  // written hold this many bytes of --max_queued_bytes (1 / kStreamShare of
+  // it), so that a client that reads slowly holds up its own stream (HTTP/2
+  // flow control pushes back on it) rather than the whole server's budget.
+  int64_t max_stream_bytes = int64_t{1} << 28;
   ExecutorPool* pool = nullptr;
   ParameterStore* store = nullptr;
   ServiceMetrics* metrics = nullptr;
@@ -37,6 +42,10 @@ inline absl::Time DeadlineOf(std::chrono::system_clock::time_point deadline) {
 }
 
 inline double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
+
+// One NormalizeStream holds at most about 1 / kStreamShare of
+// --max_queued_bytes (ServiceContext::max_stream_bytes).
+inline constexpr int64_t kStreamShare = 4;
 
 inline absl::Status ShuttingDown() { return absl::UnavailableError("server is shutting down"); }
 

@@ -384,60 +384,6 @@ TEST_F(BatcherTest, ByteBudgetIsSharedAndReleasedOnFinish) {
   EXPECT_EQ(budget.used(), 64);
 }
 
-// A sink whose reply waits for its client keeps the task's bytes in the
-// budget until it lets them go; the default sink gives them back at once.
-TEST_F(BatcherTest, ASinkHoldingItsReplyKeepsItsBytesInTheBudget) {
-  class HoldingSink final : public TaskSink {
-   public:
-    bool IsCancelled() const override { return false; }
-    void HoldUntilReplied(MemoryReservation reservation) override { held = std::move(reservation); }
-    void OnTaskDone(const absl::Status& status) override { done = status; }
-    MemoryReservation held;
-    std::optional<absl::Status> done;
-  };
-  MemoryBudget budget(100);  // a task of n rows holds 32 n bytes
-  auto batcher = MakeBatcher({}, &budget);
-  HoldingSink sink;
-  std::unique_ptr<Task> task = testing::MakeForwardTask(2, &sink);
-  ASSERT_TRUE(batcher->Schedule(task).ok());
-  std::optional<Batch> batch = batcher->TryTakeBatch();
-  ASSERT_TRUE(batch);
-  batcher->Finish(std::move(batch->tasks[0]), absl::OkStatus());
-  ASSERT_TRUE(sink.done.has_value());
-  EXPECT_EQ(sink.held.bytes(), 64);
-  EXPECT_EQ(budget.used(), 64);  // the reply is not sent yet
-  std::unique_ptr<Task> second = MakeTask(2);
-  EXPECT_EQ(batcher->Schedule(second).code(), absl::StatusCode::kResourceExhausted);
-  sink.held.ShrinkTo(16);  // the request's bytes are gone, the reply's stay
-  EXPECT_EQ(budget.used(), 16);
-  EXPECT_TRUE(batcher->Schedule(second).ok());
-  EXPECT_EQ(budget.used(), 80);
-  sink.held = MemoryReservation();  // sent
-  EXPECT_EQ(budget.used(), 64);
-}
-
-TEST(MemoryReservationTest, ReleasesOnceWhateverPathItTakes) {
-  MemoryBudget budget(1000);
-  ASSERT_TRUE(budget.TryAcquire(300));
-  {
-    MemoryReservation a = MemoryReservation::Adopt(&budget, 300);
-    a.ShrinkTo(500);  // cannot grow
-    EXPECT_EQ(a.bytes(), 300);
-    a.ShrinkTo(200);
-    EXPECT_EQ(budget.used(), 200);
-    MemoryReservation b = std::move(a);
-    EXPECT_EQ(a.bytes(), 0);  // NOLINT(bugprone-use-after-move): moved-from is empty
-    EXPECT_EQ(b.bytes(), 200);
-    ASSERT_TRUE(budget.TryAcquire(100));
-    MemoryReservation c = MemoryReservation::Adopt(&budget, 100);
-    b = std::move(c);  // b's 200 go back, c's 100 move in
-    EXPECT_EQ(budget.used(), 100);
-  }
-  EXPECT_EQ(budget.used(), 0);
-  MemoryReservation none = MemoryReservation::Adopt(nullptr, 50);  // no budget: nothing held
-  EXPECT_EQ(none.bytes(), 0);
-}
-
 TEST_F(BatcherTest, CloseRefusesNewTasksAndFlushesQueuedOnes) {
   BatcherOptions options;
   options.max_queue_delay = absl::Seconds(10);

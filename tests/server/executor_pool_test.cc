@@ -223,10 +223,19 @@ TEST_F(ExecutorPoolTest, AStuckBatchTakesItsExecutorOutOfService) {
   EXPECT_FALSE(hanging[0]->in_service());  // what the parameter store checks
   EXPECT_TRUE(pool->usable(1));
   EXPECT_EQ(reports.load(), 0);
-  // Its batcher is closed: nothing more can queue there.
+  // Its batcher is closed (just after it left service): nothing more can
+  // queue there.
+  const absl::Time closed_by = absl::Now() + absl::Seconds(10);
+  while (!pool->batcher(0).closed() && absl::Now() < closed_by) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_TRUE(pool->batcher(0).closed());
   std::unique_ptr<Task> late = MakeTask(1);
   RecordingSink& late_sink = sinks_.back();
-  EXPECT_EQ(pool->batcher(0).Schedule(late).code(), absl::StatusCode::kUnavailable);
+  const absl::Status late_refusal = pool->batcher(0).Schedule(late);
+  EXPECT_EQ(late_refusal.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(late_refusal.message().find("cuda:0 is out of service"), std::string::npos)
+      << late_refusal;
   ASSERT_NE(late, nullptr);  // refused: still the caller's
   late.reset();
 
@@ -247,6 +256,8 @@ TEST_F(ExecutorPoolTest, AStuckBatchTakesItsExecutorOutOfService) {
   std::unique_ptr<Task> second = MakeTask(1);
   ASSERT_TRUE(pool->Schedule(second).ok());
   ASSERT_TRUE(wait_until_unusable(1)) << "executor 1 never left service";
+  const absl::Time reported_by = absl::Now() + absl::Seconds(10);
+  while (reports.load() == 0 && absl::Now() < reported_by) absl::SleepFor(absl::Milliseconds(1));
   EXPECT_EQ(reports.load(), 1);
   std::unique_ptr<Task> refused = MakeTask(1);
   EXPECT_EQ(pool->Schedule(refused).code(), absl::StatusCode::kUnavailable);
