@@ -266,7 +266,10 @@ TEST_F(ExecutorPoolTest, AStuckBatchTakesItsExecutorOutOfService) {
   // The devices come back (here): every accepted task is answered once.
   hanging[0]->Release();
   hanging[1]->Release();
-  pool.reset();
+  pool->Close();
+  pool->Join();
+  EXPECT_EQ(hanging[0]->runs.load(), 1);  // only the stuck batch reached it
+  pool.reset();                           // the executors with it
   for (size_t i = 0; i + 1 < sinks_.size(); ++i) {
     if (&sinks_[i] == &late_sink) continue;
     EXPECT_EQ(sinks_[i].calls, 1) << i;
@@ -279,7 +282,6 @@ TEST_F(ExecutorPoolTest, AStuckBatchTakesItsExecutorOutOfService) {
   EXPECT_EQ(queued_sink.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(queued_sink.result->message().find("while the request was queued"), std::string::npos)
       << *queued_sink.result;
-  EXPECT_EQ(hanging[0]->runs.load(), 1);
   EXPECT_EQ(budget_.used(), 0);
 }
 

@@ -74,6 +74,7 @@ class IntegrationTest : public ::testing::TestWithParam<Backend> {
   }
   void TearDown() override {
     if (server_) {
+      EXPECT_TRUE(QueuedBytesReturnToZero(*server_));
       EXPECT_TRUE(server_->Stop());
     }
   }

@@ -88,7 +88,10 @@ class KserveServiceTest : public ::testing::Test {
     stub_ = inference::GRPCInferenceService::NewStub(channel);
     normalizer_ = v1::Normalizer::NewStub(channel);
   }
-  void TearDown() override { server_->Stop(); }
+  void TearDown() override {
+    EXPECT_TRUE(QueuedBytesReturnToZero(*server_));
+    server_->Stop();
+  }
 
   grpc::Status Infer(const inference::ModelInferRequest& request,
                      inference::ModelInferResponse* response) {

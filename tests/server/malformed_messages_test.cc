@@ -21,6 +21,7 @@ class MalformedMessagesTest : public ::testing::Test {
   }
   void TearDown() override {
     if (server_) {
+      EXPECT_TRUE(QueuedBytesReturnToZero(*server_));
       EXPECT_TRUE(server_->Stop());
     }
   }

@@ -9,6 +9,7 @@
 #include <future>
 #include <iostream>
 #include <mutex>
+#include <thread>
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
@@ -354,6 +355,20 @@ ServerOptions TestServerOptions() {
   options.drain_grace_ms = 0;  // tests that need the grace ask for it
   options.log_level = "warning";
   return options;
+}
+
+::testing::AssertionResult QueuedBytesReturnToZero(const Server& server, double seconds) {
+  const auto give_up = std::chrono::steady_clock::now() +
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           std::chrono::duration<double>(seconds));
+  int64_t held = server.queued_bytes();
+  while (held != 0 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    held = server.queued_bytes();
+  }
+  if (held == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << held << " bytes of --max_queued_bytes still held "
+                                       << seconds << " s after the last request";
 }
 
 std::unique_ptr<Server> StartServer(const ServerOptions& options) {

@@ -63,6 +63,10 @@ double Tolerance(DType dtype);
 ServerOptions TestServerOptions();
 // Starts a server (asserting success) on a free port.
 std::unique_ptr<Server> StartServer(const ServerOptions& options);
+// Success once the server's --max_queued_bytes budget is all given back
+// (every accepted request answered and its reply sent), within `seconds`:
+// a test's last check that no path kept budget bytes.
+::testing::AssertionResult QueuedBytesReturnToZero(const Server& server, double seconds = 10);
 // A channel to 127.0.0.1:`port`, connected before it is returned (at most
 // 10 s): the tests' calls fail fast, so a first connection attempt that
 // failed would fail every call until gRPC's reconnect backoff retries it.
