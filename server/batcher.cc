@@ -280,7 +280,8 @@ void Batcher::Flush() {
 
 void Batcher::Close(absl::Status refusal) {
   absl::MutexLock lock(&mutex_);
-  if (!closed_) refusal_ = std::move(refusal);
+  // An OK refusal would read as "scheduled" while the task stays the caller's.
+  if (!closed_) refusal_ = refusal.ok() ? absl::UnavailableError("closed") : std::move(refusal);
   closed_ = true;
   ready_.SignalAll();
 }

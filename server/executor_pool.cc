@@ -59,7 +59,8 @@ absl::Status ExecutorPool::Schedule(std::unique_ptr<Task>& task) {
           "batch (see the server log); the server now reports NOT_SERVING");
     }
     absl::Status status = batchers_[chosen]->Schedule(task);
-    if (status.ok() || attempt > 0 || usable(chosen) || !batchers_[chosen]->closed()) {
+    if (status.code() != absl::StatusCode::kUnavailable || attempt > 0 || usable(chosen) ||
+        !batchers_[chosen]->closed()) {
       return status;
     }
   }

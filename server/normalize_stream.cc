@@ -255,7 +255,10 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     response->set_request_id(item->request_id);
     std::unique_ptr<Task> task =
         BuildForwardTask(*plan, request, response, DeadlineOf(context_->deadline()), item);
-    if (item->rows == 0) return Complete(item, absl::OkStatus());
+    if (item->rows == 0) {
+      task.reset();  // before Complete, which may free the item it points to
+      return Complete(item, absl::OkStatus());
+    }
     // Charged to the stream before it can run (its completion may come
     // first): the next read decision sees it.
     item->charged = task->memory_bytes();

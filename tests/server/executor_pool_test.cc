@@ -197,7 +197,9 @@ TEST_F(ExecutorPoolTest, AStuckBatchTakesItsExecutorOutOfService) {
   std::atomic<int> reports{0};
   pool->SetNoHealthyExecutorCallback([&reports] { reports.fetch_add(1); });
   pool->Start();
-  constexpr auto kTimeout = absl::Milliseconds(200);
+  // Long enough that a batch of the executor that does not hang, descheduled
+  // on a loaded machine (ThreadSanitizer), never passes for a stuck one.
+  constexpr auto kTimeout = absl::Seconds(1);
   pool->WatchForStuckBatches(kTimeout);
   auto wait_until_unusable = [&](int i) {
     const absl::Time give_up = absl::Now() + absl::Seconds(10);

@@ -73,6 +73,18 @@ TEST(SlowReaderTest, AStreamThatIsNotReadHoldsAtMostItsShareOfTheQueuedBytes) {
     }
     stream->WritesDone();
   });
+  // On an early return (a failed ASSERT) the call is cancelled, which ends
+  // the writer's blocked Write, before the thread is joined.
+  struct JoinWriter {
+    grpc::ClientContext& context;
+    std::thread& writer;
+    ~JoinWriter() {
+      if (writer.joinable()) {
+        context.TryCancel();
+        writer.join();
+      }
+    }
+  } join_writer{context, writer};
 
   // Until the server's held bytes stop changing: the stream has stopped
   // reading (its replies are stuck behind the client's flow control).
