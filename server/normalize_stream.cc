@@ -146,8 +146,8 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     bool IsCancelled() const override { return stream->cancelled_.load(std::memory_order_relaxed); }
     // Kept (down to the serialized reply's size, Complete) until the reply
     // is written or dropped: a client that reads its replies slowly holds
-    // budget, and new requests meet RESOURCE_EXHAUSTED instead of the
-    // server's memory growing.
+    // budget, and past the stream's share (stream_bytes_) its stream stops
+    // reading, instead of the server's memory growing.
     void HoldUntilReplied(MemoryReservation held) override { reservation = std::move(held); }
     void OnTaskDone(const absl::Status& status) override { stream->Complete(this, status); }
 
