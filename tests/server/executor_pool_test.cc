@@ -9,6 +9,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 
 #include "server/memory_budget.h"
@@ -201,21 +202,20 @@ TEST_F(ExecutorPoolTest, AStuckBatchTakesItsExecutorOutOfService) {
   // on a loaded machine (ThreadSanitizer), never passes for a stuck one.
   constexpr auto kTimeout = absl::Seconds(1);
   pool->WatchForStuckBatches(kTimeout);
-  auto wait_until_unusable = [&](int i) {
+  // Whether `condition` holds within 10 s (polled each millisecond).
+  auto eventually = [](const std::function<bool()>& condition) {
     const absl::Time give_up = absl::Now() + absl::Seconds(10);
-    while (pool->usable(i) && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
-    return !pool->usable(i);
+    while (!condition() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+    return condition();
   };
+  auto wait_until_unusable = [&](int i) { return eventually([&] { return !pool->usable(i); }); };
 
   // Executor 0 hangs on its first batch; a second task queues behind it.
   hanging[0]->hang = true;
   std::unique_ptr<Task> stuck = MakeTask(1);
   const absl::Time hung_at = absl::Now();  // before the batch can start
   ASSERT_TRUE(pool->batcher(0).Schedule(stuck).ok());
-  const absl::Time started_by = absl::Now() + absl::Seconds(10);
-  while (hanging[0]->runs.load() == 0 && absl::Now() < started_by) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  eventually([&] { return hanging[0]->runs.load() > 0; });
   ASSERT_EQ(hanging[0]->runs.load(), 1);
   std::unique_ptr<Task> queued = MakeTask(1);
   RecordingSink& queued_sink = sinks_.back();
@@ -227,11 +227,7 @@ TEST_F(ExecutorPoolTest, AStuckBatchTakesItsExecutorOutOfService) {
   EXPECT_EQ(reports.load(), 0);
   // Its batcher is closed (just after it left service): nothing more can
   // queue there.
-  const absl::Time closed_by = absl::Now() + absl::Seconds(10);
-  while (!pool->batcher(0).closed() && absl::Now() < closed_by) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  ASSERT_TRUE(pool->batcher(0).closed());
+  ASSERT_TRUE(eventually([&] { return pool->batcher(0).closed(); }));
   std::unique_ptr<Task> late = MakeTask(1);
   RecordingSink& late_sink = sinks_.back();
   const absl::Status late_refusal = pool->batcher(0).Schedule(late);
@@ -246,10 +242,7 @@ TEST_F(ExecutorPoolTest, AStuckBatchTakesItsExecutorOutOfService) {
     std::unique_ptr<Task> task = MakeTask(1);
     ASSERT_TRUE(pool->Schedule(task).ok());
   }
-  const absl::Time give_up = absl::Now() + absl::Seconds(10);
-  while (hanging[1]->runs.load() == 0 && absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  eventually([&] { return hanging[1]->runs.load() > 0; });
   EXPECT_GE(hanging[1]->runs.load(), 1);
   EXPECT_EQ(hanging[0]->runs.load(), 1);
 
@@ -258,8 +251,7 @@ TEST_F(ExecutorPoolTest, AStuckBatchTakesItsExecutorOutOfService) {
   std::unique_ptr<Task> second = MakeTask(1);
   ASSERT_TRUE(pool->Schedule(second).ok());
   ASSERT_TRUE(wait_until_unusable(1)) << "executor 1 never left service";
-  const absl::Time reported_by = absl::Now() + absl::Seconds(10);
-  while (reports.load() == 0 && absl::Now() < reported_by) absl::SleepFor(absl::Milliseconds(1));
+  eventually([&] { return reports.load() > 0; });
   EXPECT_EQ(reports.load(), 1);
   std::unique_ptr<Task> refused = MakeTask(1);
   EXPECT_EQ(pool->Schedule(refused).code(), absl::StatusCode::kUnavailable);
