@@ -14,9 +14,11 @@
 # default 8 as in service_vs_echo.sh.
 # Loads (the run name's suffix): c64 and c1 (1x4096, gamma and beta inline,
 # 64 and 1 in flight), c64r (1x4096 with registered gamma and beta: 16 KiB
-# each way), c64x16 and c64x16r (16x4096, inline and registered); the
-# variants run the loads VARIANT_LOADS names (environment, space-separated;
-# default "c64 c64r c1").
+# each way), c64x16 and c64x16r (16x4096, inline and registered), c64s
+# (c64 over NormalizeStream: one stream a channel); LOADS (environment,
+# space-separated) picks the loads every server runs, default "c64 c1 c64r
+# c64x16 c64x16r"; the variants run the loads VARIANT_LOADS names (default
+# "c64 c64r c1").
 # VARIANTS (environment): servers to run beside the defaults, as
 # "NAME=FLAGS" entries separated by ';' (FLAGS split at spaces); default
 # "nospin=--idle_spin_us=0" (the idle spin off; its default turns it on on
@@ -40,10 +42,11 @@ variant_loads=${VARIANT_LOADS-c64 c64r c1}
 channels=${CHANNELS:-8}
 [[ $channels =~ ^[1-9][0-9]*$ ]] || { echo "thread_cpu: CHANNELS must be a positive integer" >&2; exit 1; }
 [[ -z $before || -x $before ]] || { echo "thread_cpu: $before is not an executable" >&2; exit 1; }
-all_loads="c64 c1 c64r c64x16 c64x16r"  # named_load's names, in the order every_load runs them
-for load_name in $variant_loads; do  # refuse a misspelt load before any run
-  [[ " $all_loads " == *" $load_name "* ]] || {
-    echo "thread_cpu: unknown load '$load_name' in VARIANT_LOADS" >&2; exit 1; }
+known_loads="c64 c1 c64r c64x16 c64x16r c64s"  # named_load's names
+all_loads=${LOADS-c64 c1 c64r c64x16 c64x16r}  # what every_load runs, in this order
+for load_name in $all_loads $variant_loads; do  # refuse a misspelt load before any run
+  [[ " $known_loads " == *" $load_name "* ]] || {
+    echo "thread_cpu: unknown load '$load_name' in LOADS or VARIANT_LOADS" >&2; exit 1; }
 done
 mkdir -p "$out"
 grep -c '^cpu[0-9]' /proc/stat >"$out/host_cpus"  # the host's CPUs, for the busy-core figures
@@ -64,10 +67,11 @@ thread_ticks() {
     awk -v n="$name" -v s="$switches" '{print n, $12 + $13, s}' <<<"$fields"
   done | awk '{t[$1] += $2; v[$1] += $3; c[$1] += $4} END {for (n in t) print n, t[n], v[n], c[n]}' | sort
 }
-load() {  # load RUN_NAME CONCURRENCY ROWS PARAMS
+load() {  # load RUN_NAME CONCURRENCY ROWS PARAMS [TRANSPORT]
   thread_ticks >"$out/$1.t0"
   head -1 /proc/stat >"$out/$1.s0"
-  "$normload" --target "127.0.0.1:$port" --mix "op=layernorm,dtype=fp32,rows=$3,hidden=4096,params=$4" \
+  "$normload" --target "127.0.0.1:$port" \
+    --mix "op=layernorm,dtype=fp32,rows=$3,hidden=4096,params=$4,transport=${5:-unary}" \
     --concurrency "$2" --channels "$channels" --warmup_s 1 --duration_s "$duration" --quiet \
     --json "$out/$1.json" >"$out/$1.txt" 2>&1 || echo "run $1 failed: see $1.txt" >&2
   head -1 /proc/stat >"$out/$1.s1"
@@ -80,6 +84,7 @@ named_load() {  # named_load SERVER_RUN_PREFIX LOAD_NAME
     c64r) load "$1.c64r" 64 1 registered ;;
     c64x16) load "$1.c64x16" 64 16 inline ;;
     c64x16r) load "$1.c64x16r" 64 16 registered ;;
+    c64s) load "$1.c64s" 64 1 inline stream ;;
   esac
 }
 every_load() {  # every_load SERVER_RUN_PREFIX
