@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 #include "server/raw_message.h"
 #include "server/received_request.h"
@@ -75,13 +77,14 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     if (item != nullptr) {
       // As Normalize: the tensors' data stays in gRPC's buffers until the
       // executor copies it into its staging memory (received_request.h).
+      const absl::Time parse_started = absl::Now();
       item->request = std::make_unique<ReceivedNormalizeRequest>();
       const bool parsed = ParseReceivedNormalizeRequest(&item->received, item->request.get()).ok();
       if (parsed) {
         Process(item.release());
       } else {
         item.reset();
-        RecordMalformed();
+        RecordMalformed(absl::Now() - parse_started);
       }
       absl::MutexLock lock(&mutex_);
       read_pending_ = false;
@@ -168,10 +171,12 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     int64_t charged = 0;
   };
 
-  // A message that did not parse: counted as a request refused at the edge.
-  void RecordMalformed() {
+  // A message that did not parse: counted as a request refused at the edge,
+  // its latency the time the parse took to reject it.
+  void RecordMalformed(absl::Duration parse_time) {
     service_.metrics->RecordRequest(Method::kNormalizeStream, std::nullopt, std::nullopt,
-                                    absl::StatusCode::kInvalidArgument, 0, 0.0);
+                                    absl::StatusCode::kInvalidArgument, 0,
+                                    absl::ToDoubleSeconds(parse_time));
   }
 
   struct Actions {

@@ -86,6 +86,30 @@ TEST_F(MalformedMessagesTest, StreamEndsInvalidArgumentAtTheMessageThatDoesNotPa
   EXPECT_TRUE(next->Finish().ok());
 }
 
+// A stream whose first message does not parse: counted as one NormalizeStream
+// request refused at the edge, its latency the time the parse took (not 0).
+TEST_F(MalformedMessagesTest, AStreamMessageThatDoesNotParseIsCountedWithItsParseTime) {
+  auto context = ContextWithDeadline();
+  auto stream = stub_->NormalizeStream(context.get());
+  stream->Write(Malformed(31));
+  stream->WritesDone();
+  v1::NormalizeStreamResponse reply;
+  EXPECT_FALSE(stream->Read(&reply));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  const prometheus::Registry& registry = *server_->metrics().registry();
+  EXPECT_EQ(SeriesValue(registry, "normsvc_requests_total",
+                        {{"method", "NormalizeStream"},
+                         {"op", "none"},
+                         {"dtype", "none"},
+                         {"code", "INVALID_ARGUMENT"}}),
+            std::optional<double>(1));
+  const std::optional<double> seconds =
+      HistogramSum(registry, "normsvc_request_duration_seconds", {{"method", "NormalizeStream"}});
+  ASSERT_TRUE(seconds.has_value());
+  EXPECT_GT(*seconds, 0.0);
+  EXPECT_LT(*seconds, 5.0);
+}
+
 // A unary request whose bytes do not parse (a varint field cut short) is
 // INVALID_ARGUMENT naming the message type on every method, where gRPC's
 // typed handlers answer UNIMPLEMENTED with no message.
