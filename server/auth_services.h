@@ -68,34 +68,7 @@ class AuthenticatedKserve final : public KserveCallbackBase {
  public:
   AuthenticatedKserve(KserveService& inner, CallGuard& guard) : inner_(inner), guard_(guard) {}
 
-  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
-                                       const inference::ServerLiveRequest* request,
-                                       inference::ServerLiveResponse* response) override;
-  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context,
-                                        const inference::ServerReadyRequest* request,
-                                        inference::ServerReadyResponse* response) override;
-  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context,
-                                       const inference::ModelReadyRequest* request,
-                                       inference::ModelReadyResponse* response) override;
-  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
-                                           const inference::ServerMetadataRequest* request,
-                                           inference::ServerMetadataResponse* response) override;
-  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
-                                          const inference::ModelMetadataRequest* request,
-                                          inference::ModelMetadataResponse* response) override;
-  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
-                                        const inference::ModelConfigRequest* request,
-                                        inference::ModelConfigResponse* response) override;
-  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
-                                            const inference::ModelStatisticsRequest* request,
-                                            inference::ModelStatisticsResponse* response) override;
-  using KserveCallbackBase::ModelInfer;
-  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
-                                       const grpc::ByteBuffer* request,
-                                       grpc::ByteBuffer* response) override;
-  using KserveCallbackBase::ModelStreamInfer;
-  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(
-      grpc::CallbackServerContext* context) override;
+  NORMSVC_KSERVE_METHODS
 
  private:
   KserveService& inner_;

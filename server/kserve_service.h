@@ -30,38 +30,44 @@ using KserveCallbackBase = inference::GRPCInferenceService::WithCallbackMethod_S
                                 inference::GRPCInferenceService::WithCallbackMethod_ModelStatistics<
                                     inference::GRPCInferenceService::Service>>>>>>>>>;
 
+// The overrides of every KServe method, for KserveService and its
+// authenticated wrapper (auth_services.h); the using-declarations keep the
+// base's synchronous overloads of ModelInfer and ModelStreamInfer visible.
+#define NORMSVC_KSERVE_METHODS                                                                    \
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,                      \
+                                       const inference::ServerLiveRequest* request,               \
+                                       inference::ServerLiveResponse* response) override;         \
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context,                     \
+                                        const inference::ServerReadyRequest* request,             \
+                                        inference::ServerReadyResponse* response) override;       \
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context,                      \
+                                       const inference::ModelReadyRequest* request,               \
+                                       inference::ModelReadyResponse* response) override;         \
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,                  \
+                                           const inference::ServerMetadataRequest* request,       \
+                                           inference::ServerMetadataResponse* response) override; \
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,                   \
+                                          const inference::ModelMetadataRequest* request,         \
+                                          inference::ModelMetadataResponse* response) override;   \
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,                     \
+                                        const inference::ModelConfigRequest* request,             \
+                                        inference::ModelConfigResponse* response) override;       \
+  grpc::ServerUnaryReactor* ModelStatistics(                                                      \
+      grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,     \
+      inference::ModelStatisticsResponse* response) override;                                     \
+  using KserveCallbackBase::ModelInfer;                                                           \
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,                      \
+                                       const grpc::ByteBuffer* request,                           \
+                                       grpc::ByteBuffer* response) override;                      \
+  using KserveCallbackBase::ModelStreamInfer;                                                     \
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(                  \
+      grpc::CallbackServerContext* context) override;
+
 class KserveService final : public KserveCallbackBase {
  public:
   explicit KserveService(ServiceContext& context) : context_(context) {}
 
-  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
-                                       const inference::ServerLiveRequest* request,
-                                       inference::ServerLiveResponse* response) override;
-  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context,
-                                        const inference::ServerReadyRequest* request,
-                                        inference::ServerReadyResponse* response) override;
-  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context,
-                                       const inference::ModelReadyRequest* request,
-                                       inference::ModelReadyResponse* response) override;
-  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
-                                           const inference::ServerMetadataRequest* request,
-                                           inference::ServerMetadataResponse* response) override;
-  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
-                                          const inference::ModelMetadataRequest* request,
-                                          inference::ModelMetadataResponse* response) override;
-  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
-                                        const inference::ModelConfigRequest* request,
-                                        inference::ModelConfigResponse* response) override;
-  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
-                                            const inference::ModelStatisticsRequest* request,
-                                            inference::ModelStatisticsResponse* response) override;
-  using KserveCallbackBase::ModelInfer;
-  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
-                                       const grpc::ByteBuffer* request,
-                                       grpc::ByteBuffer* response) override;
-  using KserveCallbackBase::ModelStreamInfer;
-  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(
-      grpc::CallbackServerContext* context) override;
+  NORMSVC_KSERVE_METHODS
 
   // Part of the server's drain: open ModelStreamInfer streams finish
   // (UNAVAILABLE) now if idle, else after their reply.
