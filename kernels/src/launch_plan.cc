@@ -39,10 +39,12 @@ KernelPlan InBlock(Layout layout, int slots, int width, int row_threads) {
 }
 
 // The staged backward's in-block rows: as many row teams as fit in
-// kBackwardStagedBlockThreads threads (at least one).
+// kBackwardStagedBlockThreads threads (at least one), and no more rows of
+// several warps than there are named barriers for (kMaxMultiWarpRowsPerBlock).
 KernelPlan InWideBlock(int slots, int width, int row_threads) {
   KernelPlan plan = InBlock(Layout::kVector, slots, width, row_threads);
   plan.groups = std::max(1, kBackwardStagedBlockThreads / row_threads);
+  if (row_threads > 32) plan.groups = std::min(plan.groups, kMaxMultiWarpRowsPerBlock);
   plan.block_threads = plan.groups * row_threads;
   return plan;
 }

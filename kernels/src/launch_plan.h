@@ -61,6 +61,12 @@ inline constexpr int kRealignMaxSlots = 3;
 // longer ones take the strided layout.
 inline constexpr int64_t kRealignMaxChunks = int64_t{kRealignMaxSlots} * kMaxBlockThreads;
 
+// Rows of several warps that one block may hold: each waits on its own
+// named barrier, 1 + its index in the block (RowBarrier, row_reduce.cuh),
+// and a multiprocessor has 16 (0 is __syncthreads'); a barrier index past
+// 15 is an illegal instruction. Rows of one warp use no barrier.
+inline constexpr int kMaxMultiWarpRowsPerBlock = 15;
+
 struct KernelPlan {
   Layout layout = Layout::kVector;
   int slots = 1;          // chunks per thread held in registers (compile-time in the kernel)
