@@ -31,11 +31,12 @@ class Openssl {
  public:
   Openssl(std::string config, std::string* error) : config_(std::move(config)), error_(error) {}
 
-  bool Run(std::vector<std::string> args) {
-    args.insert(args.begin(), OpensslProgram());
-    const CommandResult result = RunCommand(args, std::chrono::seconds(60));
+  bool Run(const std::vector<std::string>& args) {
+    std::vector<std::string> command = {OpensslProgram()};
+    command.insert(command.end(), args.begin(), args.end());
+    const CommandResult result = RunCommand(command, std::chrono::seconds(60));
     if (result.exit_code == 0) return true;
-    *error_ = "openssl " + args[1] + " failed (exit " + std::to_string(result.exit_code) +
+    *error_ = "openssl " + args[0] + " failed (exit " + std::to_string(result.exit_code) +
               "): " + result.out + result.err;
     return false;
   }
