@@ -28,7 +28,9 @@ void ExpectValid(const KernelPlan& p, int64_t hidden, DType dtype, bool forward)
   if (p.cluster == 1) {
     ASSERT_TRUE(IsPowerOfTwo(p.row_threads)) << where;
     ASSERT_EQ(p.row_threads * p.groups, p.block_threads) << where;
-    if (p.row_threads > 32) ASSERT_LE(p.groups, kMaxMultiWarpRowsPerBlock) << where;
+    if (p.row_threads > 32) {
+      ASSERT_LE(p.groups, kMaxMultiWarpRowsPerBlock) << where;
+    }
   } else {
     ASSERT_EQ(p.groups, 1) << where;
     ASSERT_EQ(p.row_threads, p.block_threads * p.cluster) << where;
