@@ -5,7 +5,7 @@
 //              [--backward-only] [--backward-dx-only] [--hidden H]
 //              [--dtype bf16|fp32] [--ring off|two-block-clusters|every-plan]
 //              [--param_staging off|one-wave] [--backward-realign on|off]
-//              [--elements N]
+//              [--elements N] [--affine full|gamma|none]
 // --elements sets the large shapes' size: rows = ceil(N / H), N >= 2^20
 // (default 2^24, the floor of 16M elements; 2^26 is the 64M
 // elements of a bf16 16384 x 4096 tensor), recorded in the JSON.
@@ -15,6 +15,10 @@
 // default one-wave); --backward-realign whether backward rows of H not a
 // multiple of the vector width take BackwardRealignKernel (default on) or
 // the strided plan's kernel; the JSON records all three.
+// --affine narrows the forward shapes' parameters (a diagnostic: what
+// LayerNorm's beta, or any affine, costs): full (default) passes gamma and,
+// for LayerNorm, beta, as torch.nn.LayerNorm has them; gamma passes gamma
+// only; none neither. The bytes counted follow; the JSON records it.
 // --backward-only, --hidden and --dtype narrow the large shapes to the cases
 // named (for profiling one kernel); the small-batch and multi-segment cases
 // run only when neither --hidden nor --backward-only is given.
@@ -57,6 +61,13 @@ constexpr int kSets = 3;
 int64_t large_elements = int64_t{1} << 24;
 int64_t PoolElements() { return large_elements + (int64_t{1} << 16); }
 int64_t LargeRows(int64_t hidden) { return (large_elements + hidden - 1) / hidden; }
+
+// The forward shapes' affine parameters (--affine).
+enum class Affine { kFull, kGammaOnly, kNone };
+Affine forward_affine = Affine::kFull;
+const char* AffineName(Affine a) {
+  return a == Affine::kFull ? "full" : a == Affine::kGammaOnly ? "gamma" : "none";
+}
 
 struct Record {
   std::string kind;  // forward, backward, small_batch, multi_segment
@@ -120,8 +131,8 @@ ForwardSegment Segment(NormOp op, DType dtype, int64_t rows, int64_t hidden, con
   s.x = x;
   s.out = out;
   s.x_row_stride = s.out_row_stride = hidden;
-  s.gamma = pool.gamma;
-  s.beta = op == NormOp::kLayerNorm ? pool.beta : nullptr;
+  s.gamma = forward_affine == Affine::kNone ? nullptr : pool.gamma;
+  s.beta = op == NormOp::kLayerNorm && forward_affine == Affine::kFull ? pool.beta : nullptr;
   return s;
 }
 
@@ -135,7 +146,9 @@ Record Forward(NormOp op, DType dtype, int64_t hidden, const Pool& pool, int ite
            PlanName(kernels::detail::PlanForward(hidden, dtype)),
            rows,
            hidden};
-  const int params = op == NormOp::kLayerNorm ? 2 : 1;
+  int params = 0;  // gamma and beta arrays read
+  if (forward_affine != Affine::kNone) params = 1;
+  if (forward_affine == Affine::kFull && op == NormOp::kLayerNorm) params = 2;
   r.bytes = static_cast<double>(rows * hidden * 2 * size + params * hidden * size);
   r.micros = MedianMicros(kSets, iterations, stream, [&](int s) {
     CheckStatus(kernels::LaunchForwardSegment(
@@ -319,12 +332,12 @@ void WriteJson(const char* path, const std::vector<Record>& records, const cudaD
   std::fprintf(f,
                "{\"device\": \"%s\", \"sm_count\": %d, \"l2_bytes\": %d, \"ring\": \"%s\", "
                "\"param_staging\": \"%s\", \"backward_realign\": \"%s\", "
-               "\"large_elements\": %lld, \"records\": [\n",
+               "\"large_elements\": %lld, \"affine\": \"%s\", \"records\": [\n",
                prop.name, prop.multiProcessorCount, prop.l2CacheSize,
                RingPolicyName(kernels::detail::GetRingPolicy()),
                ParamStagingName(kernels::detail::GetParamStaging()),
                kernels::detail::BackwardRealignEnabled() ? "on" : "off",
-               static_cast<long long>(large_elements));
+               static_cast<long long>(large_elements), AffineName(forward_affine));
   for (std::size_t i = 0; i < records.size(); ++i) {
     const Record& r = records[i];
     std::fprintf(f,
@@ -395,6 +408,19 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "norm_bench: --elements must be at least 1048576\n");
         return 2;
       }
+    } else if (!std::strcmp(argv[i], "--affine") && i + 1 < argc) {
+      const std::string value = argv[++i];
+      if (value == "full") {
+        forward_affine = Affine::kFull;
+      } else if (value == "gamma") {
+        forward_affine = Affine::kGammaOnly;
+      } else if (value == "none") {
+        forward_affine = Affine::kNone;
+      } else {
+        std::fprintf(stderr, "norm_bench: --affine takes full, gamma or none, not %s\n",
+                     value.c_str());
+        return 2;
+      }
     } else if (!std::strcmp(argv[i], "--param_staging") && i + 1 < argc) {
       normsvc::kernels::detail::ParamStaging policy;
       if (!ParseNamed(kParamStagings, argv[++i], &policy)) {
@@ -409,7 +435,7 @@ int main(int argc, char** argv) {
                    "                  [--dtype bf16|fp32]\n"
                    "                  [--ring off|two-block-clusters|every-plan]\n"
                    "                  [--param_staging off|one-wave] [--backward-realign on|off]\n"
-                   "                  [--elements N]\n");
+                   "                  [--elements N] [--affine full|gamma|none]\n");
       return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }
   }
@@ -417,10 +443,10 @@ int main(int argc, char** argv) {
   Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf(
       "device: %s, %d SMs, L2 %d MB, ring %s, param_staging %s, large shapes of %lld "
-      "elements\n",
+      "elements, forward affine %s\n",
       prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, RingPolicyName(GetRingPolicy()),
       ParamStagingName(normsvc::kernels::detail::GetParamStaging()),
-      static_cast<long long>(large_elements));
+      static_cast<long long>(large_elements), AffineName(forward_affine));
   cudaStream_t stream;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   std::vector<Record> records;
