@@ -9,7 +9,7 @@
 // message, its model resolution and its protocol mapping have nothing in
 // common with the normsvc.v1 messages at the byte level, so a shared corpus
 // would spend most mutations turning one message into another; its own
-// corpus and 60 s ctest also show how much of this path is covered.
+// corpus and 30 s ctest also show how much of this path is covered.
 //
 // Input: the first byte picks the limits (even: small ones, odd: the
 // server's defaults), the rest is the message's wire encoding. Besides
