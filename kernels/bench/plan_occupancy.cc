@@ -62,9 +62,13 @@ void Query(const void* kernel, Row& row) {
     row.error = "no kernel for this plan";
     return;
   }
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(detail::kMaxDynamicSmem)) != cudaSuccess) {
+  std::size_t limit = 0;
+  if (detail::RaiseDynamicSmemLimit(kernel, &limit) != cudaSuccess) {
     row.error = cudaGetErrorString(cudaGetLastError());
+    return;
+  }
+  if (row.dynamic_smem > limit) {
+    row.error = "needs more dynamic shared memory than the device allows a block";
     return;
   }
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&row.blocks_per_sm, kernel, row.block_threads,

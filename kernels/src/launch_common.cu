@@ -2,6 +2,7 @@
 // must stay cheap for one-row batches.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <mutex>
 #include <tuple>
 #include <vector>
@@ -9,6 +10,27 @@
 #include "launch_common.h"
 
 namespace normsvc::kernels::detail {
+
+cudaError_t RaiseDynamicSmemLimit(const void* kernel, std::size_t* limit) {
+  *limit = 0;
+  int device = 0;
+  int optin = 0;
+  cudaFuncAttributes attributes = {};
+  cudaError_t error = cudaGetDevice(&device);
+  if (error == cudaSuccess) {
+    error = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  }
+  if (error == cudaSuccess) error = cudaFuncGetAttributes(&attributes, kernel);
+  if (error != cudaSuccess) return error;
+  const std::size_t room = static_cast<std::size_t>(optin) > attributes.sharedSizeBytes
+                               ? static_cast<std::size_t>(optin) - attributes.sharedSizeBytes
+                               : 0;
+  const std::size_t value = std::min(kMaxDynamicSmem, room);
+  error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(value));
+  if (error == cudaSuccess) *limit = value;
+  return error;
+}
 
 int64_t ResidentBlocks(const void* kernel, int block_threads, std::size_t dynamic_smem) {
   int device = 0;
@@ -25,15 +47,16 @@ int64_t ResidentBlocks(const void* kernel, int block_threads, std::size_t dynami
   }
   int per_sm = 0;
   int sms = 0;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kMaxDynamicSmem)) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads, dynamic_smem) !=
-          cudaSuccess ||
+  std::size_t limit = 0;
+  if (RaiseDynamicSmemLimit(kernel, &limit) != cudaSuccess ||
+      (dynamic_smem <= limit && cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                                    &per_sm, kernel, block_threads, dynamic_smem) != cudaSuccess) ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
     cudaGetLastError();  // clear the error so later checks see only their own
     return 0;
   }
-  const int64_t value = static_cast<int64_t>(per_sm) * sms;
+  // More than the limit: the launch would fail, so none fits.
+  const int64_t value = dynamic_smem <= limit ? static_cast<int64_t>(per_sm) * sms : 0;
   std::lock_guard<std::mutex> lock(mutex);
   cache.emplace_back(key, value);
   return value;

@@ -31,14 +31,17 @@ inline RowShape ShapeOf(const KernelPlan& plan) {
   return shape;
 }
 
-// Dynamic shared memory a row kernel may be launched with (set once per
-// kernel and device; launches use what they need up to this).
-inline constexpr std::size_t kMaxDynamicSmem = 200 * 1024;
+// Sets `kernel`'s dynamic shared memory limit to kMaxDynamicSmem or to the
+// current device's opt-in limit less the kernel's static shared memory,
+// whichever is less, and stores it in `limit` (0 on an error).
+cudaError_t RaiseDynamicSmemLimit(const void* kernel, std::size_t* limit);
 
 // Blocks of `kernel` (of `block_threads` threads, `dynamic_smem` bytes of
 // dynamic shared memory) that fit on the current device at once: resident
 // blocks per SM times the SM count. Raises the kernel's dynamic shared memory
-// limit to kMaxDynamicSmem on first use. Cached per (device, kernel, block
+// limit on first use to kMaxDynamicSmem (launch_plan.h) or to the device's
+// opt-in limit less the kernel's static shared memory, whichever is less; 0
+// when `dynamic_smem` passes that. Cached per (device, kernel, block
 // size, shared memory); 0 when a query fails.
 int64_t ResidentBlocks(const void* kernel, int block_threads, std::size_t dynamic_smem);
 

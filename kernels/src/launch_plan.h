@@ -67,6 +67,15 @@ inline constexpr int64_t kRealignMaxChunks = int64_t{kRealignMaxSlots} * kMaxBlo
 // 15 is an illegal instruction. Rows of one warp use no barrier.
 inline constexpr int kMaxMultiWarpRowsPerBlock = 15;
 
+// Dynamic shared memory a plan may ask for. sm_90 lets a block have 227 KB
+// (232,448 bytes, static and dynamic together) once the kernel opts in; the
+// kernels' static memory (ReduceScratch, about 3.7 KB) takes some of it. The
+// launchers raise each kernel's limit to this or to what the device leaves
+// after the kernel's static memory, whichever is less (ResidentBlocks,
+// launch_common.h); every plan's bytes are checked against it on the CPU
+// (launch_plan_test.cc), since a launch asking for more fails at run time.
+inline constexpr std::size_t kMaxDynamicSmem = 220 * 1024;
+
 struct KernelPlan {
   Layout layout = Layout::kVector;
   int slots = 1;          // chunks per thread held in registers (compile-time in the kernel)
