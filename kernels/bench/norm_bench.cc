@@ -4,7 +4,7 @@
 //   norm_bench [--json PATH] [--iterations N] [--quick] [--forward-only]
 //              [--backward-only] [--backward-dx-only] [--hidden H]
 //              [--dtype bf16|fp32] [--ring off|two-block-clusters|every-plan]
-//              [--param_staging off|one-wave|persistent] [--backward-realign on|off]
+//              [--param_staging off|one-wave] [--backward-realign on|off]
 //              [--elements N] [--affine full|gamma|none]
 // --elements sets the large shapes' size: rows = ceil(N / H), N >= 2^20
 // (default 2^24, the floor of 16M elements; 2^26 is the 64M
@@ -424,8 +424,7 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--param_staging") && i + 1 < argc) {
       normsvc::kernels::detail::ParamStaging policy;
       if (!ParseNamed(kParamStagings, argv[++i], &policy)) {
-        std::fprintf(stderr, "norm_bench: unknown --param_staging %s (off, one-wave, persistent)\n",
-                     argv[i]);
+        std::fprintf(stderr, "norm_bench: unknown --param_staging %s (off, one-wave)\n", argv[i]);
         return 2;
       }
       normsvc::kernels::detail::SetParamStaging(policy);
@@ -435,8 +434,7 @@ int main(int argc, char** argv) {
                    "                  [--backward-only] [--backward-dx-only] [--hidden H]\n"
                    "                  [--dtype bf16|fp32]\n"
                    "                  [--ring off|two-block-clusters|every-plan]\n"
-                   "                  [--param_staging off|one-wave|persistent] "
-                   "[--backward-realign on|off]\n"
+                   "                  [--param_staging off|one-wave] [--backward-realign on|off]\n"
                    "                  [--elements N] [--affine full|gamma|none]\n");
       return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }

@@ -47,7 +47,6 @@ inline const char* RingPolicyName(kernels::detail::RingPolicy policy) {
 inline constexpr std::pair<const char*, kernels::detail::ParamStaging> kParamStagings[] = {
     {"off", kernels::detail::ParamStaging::kOff},
     {"one-wave", kernels::detail::ParamStaging::kOneWave},
-    {"persistent", kernels::detail::ParamStaging::kPersistent},
 };
 
 inline const char* ParamStagingName(kernels::detail::ParamStaging policy) {

@@ -116,8 +116,7 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
     // Only for launches of one wave (every block resident at once, a small
     // batch): there the parameters' load after the statistics is on the
     // launch's critical path; in longer launches other blocks hide it, and
-    // staging would add its copies to every block, unless the blocks loop
-    // (ParamStaging::kPersistent, an experiment).
+    // staging would add its copies to every block.
     const detail::ForwardKernel staged = detail::FindParamStagedForwardKernel(x_dtype, plan);
     if (staged == nullptr) return Status(Code::kInternal, "no parameter-staging forward kernel");
     // No more rows than multiprocessors: a block of each row alone spreads
@@ -134,11 +133,6 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
     if (resident > 0 && wave_params.row_groups <= resident) {
       const Status launched = detail::LaunchWithPlan(staged, wave, wave_params.row_groups, smem,
                                                      wave_params, stream, kEarlyLaunch);
-      if (launched.ok()) detail::param_staged_launches.fetch_add(1, std::memory_order_relaxed);
-      return launched;
-    }
-    if (resident > 0 && detail::GetParamStaging() == detail::ParamStaging::kPersistent) {
-      const Status launched = LaunchPersistent(staged, wave, smem, resident, wave_params, stream);
       if (launched.ok()) detail::param_staged_launches.fetch_add(1, std::memory_order_relaxed);
       return launched;
     }

@@ -13,11 +13,6 @@ namespace normsvc::kernels::detail {
 enum class ParamStaging : uint8_t {
   kOff,      // never
   kOneWave,  // launches whose blocks all fit on the device at once (the default)
-  // Every launch it serves; one of more than a wave takes at most the blocks
-  // that fit at once, each looping over row groups, so that a block stages
-  // its parameters once for many rows (a tuning experiment: norm_bench
-  // --param_staging persistent).
-  kPersistent,
 };
 
 ParamStaging GetParamStaging();

@@ -4,9 +4,7 @@
 // reference and, bit for bit, against the same rows as one-row segments of
 // one multi-segment launch (which reads the parameters from global memory),
 // with and without gamma, beta, residual and saved statistics; and the
-// launches it must not take (more than one wave, parameters in another dtype);
-// and, under the persistent policy, launches of many waves looping over row
-// groups, bit for bit against the same launch with the policy off.
+// launches it must not take (more than one wave, parameters in another dtype).
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -133,40 +131,6 @@ TEST(ForwardParamStaging, NotForLargeLaunchesOtherParameterDtypesOrWhenOff) {
     c.Upload();
     EXPECT_FALSE(RunOneSegment(c)) << "fp32 parameters for bf16 rows";
     c.Check("fp32 parameters");
-  }
-}
-
-TEST(ForwardParamStaging, PersistentLaunchesLoopOverRowGroupsWithTheSameBits) {
-  NORMSVC_REQUIRE_GPU();
-  std::mt19937_64 rng = SeededRng("persistent parameter staging");
-  ParamStagingScope restore;
-  int variant = 0;
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-    for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
-      for (int64_t hidden : {768, 4096, 8192}) {
-        ++variant;
-        ForwardSpec spec;
-        spec.op = op;
-        spec.x_dtype = spec.out_dtype = spec.param_dtype = dtype;
-        // 2^25 elements: several times the row groups that fit at once.
-        spec.rows = (int64_t{1} << 25) / hidden;
-        spec.hidden = hidden;
-        spec.gamma = true;
-        spec.beta = variant % 3 != 2;
-        spec.residual = spec.residual_out = variant % 4 == 1;
-        spec.stats = variant % 2 == 0;
-        ForwardCase c(spec, rng);
-        c.Upload();
-        detail::SetParamStaging(detail::ParamStaging::kPersistent);
-        ASSERT_TRUE(RunOneSegment(c)) << "did not stage its parameters: " << Describe(spec);
-        const std::vector<uint8_t> staged = c.OutputBytes();
-        c.Check("persistent staging");
-        detail::SetParamStaging(detail::ParamStaging::kOff);
-        ASSERT_FALSE(RunOneSegment(c)) << "staged with the policy off: " << Describe(spec);
-        EXPECT_EQ(c.OutputBytes(), staged)
-            << "differs from the unstaged launch: " << Describe(spec);
-      }
-    }
   }
 }
 
