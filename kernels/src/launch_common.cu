@@ -45,18 +45,22 @@ int64_t ResidentBlocks(const void* kernel, int block_threads, std::size_t dynami
       if (k == key) return value;
     }
   }
-  int per_sm = 0;
-  int sms = 0;
   std::size_t limit = 0;
-  if (RaiseDynamicSmemLimit(kernel, &limit) != cudaSuccess ||
-      (dynamic_smem <= limit && cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                                    &per_sm, kernel, block_threads, dynamic_smem) != cudaSuccess) ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+  if (RaiseDynamicSmemLimit(kernel, &limit) != cudaSuccess) {
     cudaGetLastError();  // clear the error so later checks see only their own
     return 0;
   }
-  // More than the limit: the launch would fail, so none fits.
-  const int64_t value = dynamic_smem <= limit ? static_cast<int64_t>(per_sm) * sms : 0;
+  // More than the limit: the launch would fail, so none fits (cached too).
+  int per_sm = 0;
+  int sms = 0;
+  if (dynamic_smem <= limit &&
+      (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads,
+                                                     dynamic_smem) != cudaSuccess ||
+       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)) {
+    cudaGetLastError();
+    return 0;
+  }
+  const int64_t value = static_cast<int64_t>(per_sm) * sms;
   std::lock_guard<std::mutex> lock(mutex);
   cache.emplace_back(key, value);
   return value;
