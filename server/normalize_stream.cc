@@ -17,6 +17,7 @@
 #include "server/status_mapping.h"
 #include "server/task_builder.h"
 #include "server/tensor_codec.h"
+#include "server/wire_response.h"
 
 namespace normsvc::server {
 
@@ -157,8 +158,14 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     NormalizeStreamCall* const stream;
     grpc::ByteBuffer received;  // the message as read; taken over by `request`
     std::unique_ptr<ReceivedNormalizeRequest> request;  // dropped once its task is done
-    v1::NormalizeStreamResponse reply;
-    grpc::ByteBuffer reply_bytes;  // `reply`, serialized, as written
+    // The result: `response` is its NormalizeResponse, encoded when the task
+    // is built, into which the executor writes the result tensors
+    // (wire_response.h); a success's reply wraps it (WrapStreamResponse), an
+    // error's is `error_reply`, serialized.
+    WireResponse wire;
+    grpc::ByteBuffer response;
+    v1::NormalizeStreamResponse error_reply;
+    grpc::ByteBuffer reply_bytes;  // the reply as written
     absl::Time start;
     std::optional<kernels::NormOp> op;
     std::optional<kernels::DType> dtype;
@@ -243,7 +250,6 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     item->op = FromProtoOp(request.op());
     item->dtype = FromProtoDType(request.input().dtype());
     item->request_id = request.request_id();
-    item->reply.set_request_id(item->request_id);
     if (!service_.gate->TryEnter()) {
       {
         absl::MutexLock lock(&mutex_);
@@ -256,10 +262,11 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
         ValidateNormalize(request, item->request->tensor_data(), service_.limits, *service_.store);
     if (!plan.ok()) return Complete(item, plan.status());
     item->rows = plan->input.rows;
-    v1::NormalizeResponse* response = item->reply.mutable_response();
-    response->set_request_id(item->request_id);
+    item->wire.set_request_id(item->request_id);
     std::unique_ptr<Task> task =
-        BuildForwardTask(*plan, request, response, DeadlineOf(context_->deadline()), item);
+        BuildForwardTask(*plan, request, item->wire, DeadlineOf(context_->deadline()), item);
+    // Shares the tensors' memory, which the executor fills later.
+    item->response = item->wire.TakeBuffer();
     if (item->rows == 0) {
       task.reset();  // before Complete, which may free the item it points to
       return Complete(item, absl::OkStatus());
@@ -283,24 +290,25 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     std::unique_ptr<Item> item(raw);
     service_.metrics->RecordRequest(Method::kNormalizeStream, item->op, item->dtype, status.code(),
                                     item->rows, SecondsSince(item->start));
-    if (!status.ok()) {
-      v1::NormalizeStreamResponse::Error* error = item->reply.mutable_error();  // drops any output
-      error->set_code(static_cast<int>(status.code()));
-      error->set_message(std::string(status.message()));
-    }
     // The task is gone (Batcher::Finish): the request's bytes can go now,
     // and the reply waits for its write as bytes only (and holds that much
     // of the budget).
     item->request.reset();
-    if (!SerializeMessageBytes(item->reply, &item->reply_bytes)) {
-      item->reply = v1::NormalizeStreamResponse();
-      v1::NormalizeStreamResponse::Error* error = item->reply.mutable_error();
-      error->set_code(static_cast<int>(absl::StatusCode::kInternal));
-      error->set_message("the reply could not be serialized");
-      item->reply.set_request_id(item->request_id);
-      SerializeMessageBytes(item->reply, &item->reply_bytes);
+    if (status.ok()) {
+      item->reply_bytes = WrapStreamResponse(item->request_id, item->response);
+    } else {
+      item->error_reply.set_request_id(item->request_id);
+      v1::NormalizeStreamResponse::Error* error = item->error_reply.mutable_error();
+      error->set_code(static_cast<int>(status.code()));
+      error->set_message(std::string(status.message()));
+      if (!SerializeMessageBytes(item->error_reply, &item->reply_bytes)) {
+        error->set_code(static_cast<int>(absl::StatusCode::kInternal));
+        error->set_message("the reply could not be serialized");
+        SerializeMessageBytes(item->error_reply, &item->reply_bytes);
+      }
+      item->error_reply = v1::NormalizeStreamResponse();
     }
-    item->reply = v1::NormalizeStreamResponse();
+    item->response.Clear();  // its slices live on in reply_bytes when sent
     // What stays in memory until the write: the serialized reply.
     item->reservation.ShrinkTo(static_cast<int64_t>(item->reply_bytes.Length()));
     if (item->entered) service_.gate->Exit();

@@ -16,9 +16,11 @@
 // The method is raw (bytes in and out): gRPC's own parsing would report a
 // malformed message as the end of the stream. Each message is parsed as
 // Normalize's are (received_request.h): its tensors' data stays in gRPC's
-// buffers until the executor copies it into staging. A request's bytes are
-// freed as soon as its task is done; its reply is kept, serialized, until
-// written, and holds that much of --max_queued_bytes.
+// buffers until the executor copies it into staging. A result is encoded
+// by hand into the slices that are sent (wire_response.h, as Normalize's),
+// so the executor writes each result tensor straight into them. A request's
+// bytes are freed as soon as its task is done; its reply is kept, encoded,
+// until written, and holds that much of --max_queued_bytes.
 #pragma once
 
 #include <grpcpp/support/byte_buffer.h>

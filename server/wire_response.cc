@@ -80,4 +80,25 @@ grpc::ByteBuffer WireResponse::TakeBuffer() {
   return buffer;
 }
 
+grpc::ByteBuffer WrapStreamResponse(uint64_t request_id, const grpc::ByteBuffer& response) {
+  std::vector<grpc::Slice> slices;
+  std::string head;
+  if (request_id != 0) {
+    AppendTag(v1::NormalizeStreamResponse::kRequestIdFieldNumber, WireFormatLite::WIRETYPE_VARINT,
+              head);
+    AppendVarint(request_id, head);
+  }
+  AppendTag(v1::NormalizeStreamResponse::kResponseFieldNumber,
+            WireFormatLite::WIRETYPE_LENGTH_DELIMITED, head);
+  AppendVarint(response.Length(), head);
+  slices.emplace_back(head.data(), head.size());
+  std::vector<grpc::Slice> body;
+  // Dump shares the slices (reference counts); it fails only for a buffer
+  // that holds none, which an empty response is.
+  if (response.Length() > 0 && response.Dump(&body).ok()) {
+    slices.insert(slices.end(), body.begin(), body.end());
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
 }  // namespace normsvc::server

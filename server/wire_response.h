@@ -48,4 +48,11 @@ class WireResponse final : public ForwardResultMemory {
   void WriteRequestIdOnce();
 };
 
+// A NormalizeStreamResponse that carries `response` (a NormalizeResponse as
+// TakeBuffer encodes it) for `request_id`, encoded as protobuf's serializer
+// would encode it: request_id (field 1, when not 0), then the response as
+// field 2. The response's slices are shared, not copied, so the executor
+// may still be writing into them.
+grpc::ByteBuffer WrapStreamResponse(uint64_t request_id, const grpc::ByteBuffer& response);
+
 }  // namespace normsvc::server

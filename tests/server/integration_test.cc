@@ -343,7 +343,9 @@ TEST_P(IntegrationTest, RequestsLargerThanABatchAndEmptyRequestsAreServed) {
 // Normalize's replies are encoded by the server itself (wire_response.h):
 // the bytes a client receives must be the message protobuf would write for
 // the same reply (so every protobuf parser reads them), for every result
-// tensor, request ids 0 and the largest, and an empty request.
+// tensor, request ids 0 and the largest, and an empty request; and
+// NormalizeStream's replies, which wrap the same encoding, parse to the same
+// results.
 TEST_P(IntegrationTest, NormalizeRepliesAreTheBytesProtobufWouldWrite) {
   std::mt19937_64 rng(TestSeed() + 6);
   ForwardCase everything;  // residual_sum, mean and rstd, inline gamma and beta
@@ -365,9 +367,10 @@ TEST_P(IntegrationTest, NormalizeRepliesAreTheBytesProtobufWouldWrite) {
     ForwardCase c;
     uint64_t id;
   } cases[] = {{everything, ~uint64_t{0}}, {rms, 0}, {empty, 12345}};
+  std::vector<ForwardRequest> sent;
   for (const auto& [c, id] : cases) {
     SCOPED_TRACE(::testing::Message() << "shape[0] " << c.shape[0] << ", id " << id);
-    const ForwardRequest made = MakeForwardRequest(rng, c, id);
+    const ForwardRequest& made = sent.emplace_back(MakeForwardRequest(rng, c, id));
     std::string reply_bytes;
     const grpc::Status status =
         RawUnaryCall(server_->grpc_port(), "/normsvc.v1.Normalizer/Normalize",
@@ -382,6 +385,26 @@ TEST_P(IntegrationTest, NormalizeRepliesAreTheBytesProtobufWouldWrite) {
     EXPECT_EQ(response.has_mean(), c.op == NormOp::kLayerNorm);
     EXPECT_TRUE(response.has_rstd());
   }
+  // The same requests over NormalizeStream, whose replies wrap the same
+  // encoding with the request id (WrapStreamResponse); one at a time, so
+  // that each reply is known by its place.
+  auto context = ContextWithDeadline();
+  auto stream = stub_->NormalizeStream(context.get());
+  for (const ForwardRequest& made : sent) {
+    SCOPED_TRACE(::testing::Message() << "stream, id " << made.request.request_id());
+    ASSERT_TRUE(stream->Write(made.request));
+    v1::NormalizeStreamResponse reply;
+    ASSERT_TRUE(stream->Read(&reply));
+    EXPECT_EQ(reply.request_id(), made.request.request_id());
+    ASSERT_TRUE(reply.has_response()) << reply.error().message();
+    EXPECT_EQ(reply.response().request_id(), made.request.request_id());
+    EXPECT_TRUE(CheckForward(made.request, made.gamma, made.beta, reply.response()));
+    EXPECT_EQ(reply.response().output().shape_size(), made.request.input().shape_size());
+    EXPECT_TRUE(reply.response().has_rstd());
+  }
+  ASSERT_TRUE(stream->WritesDone());
+  const grpc::Status status = stream->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
 }
 
 // Normalize parses the received bytes itself: a request the client sent

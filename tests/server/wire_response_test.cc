@@ -96,5 +96,53 @@ TEST(WireResponseTest, EncodesExactlyWhatProtobufSerializes) {
   }
 }
 
+// NormalizeStream's success replies: the encoded NormalizeResponse wrapped
+// with the stream's request id, byte for byte what protobuf serializes.
+TEST(WireResponseTest, StreamReplyWrapsTheResponseAsProtobufWould) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  google::protobuf::RepeatedField<int64_t> shape;
+  for (int trial = 0; trial < 60; ++trial) {
+    SCOPED_TRACE(trial);
+    const uint64_t id = trial % 3 == 0 ? 0 : (trial % 3 == 1 ? rng() % 300 : ~uint64_t{0} - trial);
+    const std::size_t bytes = RandomSize(rng);
+    shape.Clear();
+    shape.Add(static_cast<int64_t>(bytes / 4));
+    WireResponse wire;
+    wire.set_request_id(id);
+    v1::NormalizeStreamResponse expected;
+    expected.set_request_id(id);
+    expected.mutable_response()->set_request_id(id);
+    // Trials without a tensor wrap a response of the request id alone (or
+    // of nothing: an empty message).
+    void* where = nullptr;
+    std::string data;
+    if (trial % 4 != 3) {
+      where = wire.AllocateTensor(v1::NormalizeResponse::kOutputFieldNumber, kernels::DType::kF32,
+                                  shape, 1, bytes);
+      data = RandomBytes(rng, bytes);
+      v1::Tensor* output = expected.mutable_response()->mutable_output();
+      output->set_dtype(ToProtoDType(kernels::DType::kF32));
+      output->add_shape(shape.Get(0));
+      output->set_data(data);
+    }
+    const grpc::ByteBuffer response = wire.TakeBuffer();
+    const grpc::ByteBuffer reply = WrapStreamResponse(id, response);
+    // The executor writes after the reply exists: the slices are shared.
+    if (where != nullptr) std::memcpy(where, data.data(), data.size());
+    const std::string encoded = Flatten(reply);
+    std::string reference;
+    ASSERT_TRUE(expected.SerializeToString(&reference));
+    ASSERT_EQ(encoded.size(), reference.size());
+    EXPECT_TRUE(encoded == reference);
+    v1::NormalizeStreamResponse parsed;
+    ASSERT_TRUE(parsed.ParseFromString(encoded));
+    EXPECT_EQ(parsed.request_id(), id);
+    ASSERT_TRUE(parsed.has_response());
+    EXPECT_EQ(parsed.response().output().data(), data);
+  }
+}
+
 }  // namespace
 }  // namespace normsvc::server::testing
