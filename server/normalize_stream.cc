@@ -294,13 +294,15 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     // and the reply waits for its write as bytes only (and holds that much
     // of the budget).
     item->request.reset();
-    if (status.ok()) {
-      item->reply_bytes = WrapStreamResponse(item->request_id, item->response);
-    } else {
+    absl::Status outcome = status;
+    if (outcome.ok() && !WrapStreamResponse(item->request_id, item->response, &item->reply_bytes)) {
+      outcome = absl::InternalError("the reply could not be encoded");
+    }
+    if (!outcome.ok()) {
       item->error_reply.set_request_id(item->request_id);
       v1::NormalizeStreamResponse::Error* error = item->error_reply.mutable_error();
-      error->set_code(static_cast<int>(status.code()));
-      error->set_message(std::string(status.message()));
+      error->set_code(static_cast<int>(outcome.code()));
+      error->set_message(std::string(outcome.message()));
       if (!SerializeMessageBytes(item->error_reply, &item->reply_bytes)) {
         error->set_code(static_cast<int>(absl::StatusCode::kInternal));
         error->set_message("the reply could not be serialized");

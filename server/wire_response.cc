@@ -80,7 +80,8 @@ grpc::ByteBuffer WireResponse::TakeBuffer() {
   return buffer;
 }
 
-grpc::ByteBuffer WrapStreamResponse(uint64_t request_id, const grpc::ByteBuffer& response) {
+bool WrapStreamResponse(uint64_t request_id, const grpc::ByteBuffer& response,
+                        grpc::ByteBuffer* reply) {
   std::vector<grpc::Slice> slices;
   std::string head;
   if (request_id != 0) {
@@ -92,13 +93,14 @@ grpc::ByteBuffer WrapStreamResponse(uint64_t request_id, const grpc::ByteBuffer&
             WireFormatLite::WIRETYPE_LENGTH_DELIMITED, head);
   AppendVarint(response.Length(), head);
   slices.emplace_back(head.data(), head.size());
-  std::vector<grpc::Slice> body;
-  // Dump shares the slices (reference counts); it fails only for a buffer
-  // that holds none, which an empty response is.
-  if (response.Length() > 0 && response.Dump(&body).ok()) {
+  if (response.Length() > 0) {
+    // Shares the response's slices (reference counts), copies no bytes.
+    std::vector<grpc::Slice> body;
+    if (!response.Dump(&body).ok()) return false;
     slices.insert(slices.end(), body.begin(), body.end());
   }
-  return grpc::ByteBuffer(slices.data(), slices.size());
+  *reply = grpc::ByteBuffer(slices.data(), slices.size());
+  return true;
 }
 
 }  // namespace normsvc::server

@@ -5,8 +5,8 @@
 //
 // The encoding is the one protobuf's own serializer produces for the same
 // message (fields in number order, proto3 defaults omitted, shapes packed),
-// as long as tensors are added in field-number order; the unary Normalize
-// call adds them so (BuildForwardTask).
+// as long as tensors are added in field-number order; BuildForwardTask adds
+// them so, for Normalize and for NormalizeStream (WrapStreamResponse).
 #pragma once
 
 #include <cstddef>
@@ -48,11 +48,13 @@ class WireResponse final : public ForwardResultMemory {
   void WriteRequestIdOnce();
 };
 
-// A NormalizeStreamResponse that carries `response` (a NormalizeResponse as
-// TakeBuffer encodes it) for `request_id`, encoded as protobuf's serializer
-// would encode it: request_id (field 1, when not 0), then the response as
-// field 2. The response's slices are shared, not copied, so the executor
-// may still be writing into them.
-grpc::ByteBuffer WrapStreamResponse(uint64_t request_id, const grpc::ByteBuffer& response);
+// Writes to `reply` the NormalizeStreamResponse that carries `response` (a
+// NormalizeResponse as TakeBuffer encodes it) for `request_id`, encoded as
+// protobuf's serializer would encode it: request_id (field 1, when not 0),
+// then the response as field 2. The response's slices are shared, not
+// copied. False (and `reply` untouched) when the response's slices cannot
+// be read.
+bool WrapStreamResponse(uint64_t request_id, const grpc::ByteBuffer& response,
+                        grpc::ByteBuffer* reply);
 
 }  // namespace normsvc::server

@@ -343,9 +343,8 @@ TEST_P(IntegrationTest, RequestsLargerThanABatchAndEmptyRequestsAreServed) {
 // Normalize's replies are encoded by the server itself (wire_response.h):
 // the bytes a client receives must be the message protobuf would write for
 // the same reply (so every protobuf parser reads them), for every result
-// tensor, request ids 0 and the largest, and an empty request; and
-// NormalizeStream's replies, which wrap the same encoding, parse to the same
-// results.
+// tensor, request ids 0 and the largest, and an empty request; and the
+// same over NormalizeStream, whose replies wrap that encoding.
 TEST_P(IntegrationTest, NormalizeRepliesAreTheBytesProtobufWouldWrite) {
   std::mt19937_64 rng(TestSeed() + 6);
   ForwardCase everything;  // residual_sum, mean and rstd, inline gamma and beta
@@ -385,9 +384,7 @@ TEST_P(IntegrationTest, NormalizeRepliesAreTheBytesProtobufWouldWrite) {
     EXPECT_EQ(response.has_mean(), c.op == NormOp::kLayerNorm);
     EXPECT_TRUE(response.has_rstd());
   }
-  // The same requests over NormalizeStream, whose replies wrap the same
-  // encoding with the request id (WrapStreamResponse); one at a time, so
-  // that each reply is known by its place.
+  // Over NormalizeStream (WrapStreamResponse), one request at a time.
   auto context = ContextWithDeadline();
   auto stream = stub_->NormalizeStream(context.get());
   for (const ForwardRequest& made : sent) {

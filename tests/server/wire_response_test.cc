@@ -128,7 +128,8 @@ TEST(WireResponseTest, StreamReplyWrapsTheResponseAsProtobufWould) {
       output->set_data(data);
     }
     const grpc::ByteBuffer response = wire.TakeBuffer();
-    const grpc::ByteBuffer reply = WrapStreamResponse(id, response);
+    grpc::ByteBuffer reply;
+    ASSERT_TRUE(WrapStreamResponse(id, response, &reply));
     // The executor writes after the reply exists: the slices are shared.
     if (where != nullptr) std::memcpy(where, data.data(), data.size());
     const std::string encoded = Flatten(reply);
