@@ -189,11 +189,19 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
   struct Actions {
     grpc::ByteBuffer* read = nullptr;
     const grpc::ByteBuffer* write = nullptr;
+    // More replies wait behind this one: gRPC may hold it in its buffer
+    // until the next write (one that finds none waiting goes out at once),
+    // so that several replies leave in one send.
+    bool more_to_write = false;
     std::optional<grpc::Status> finish;
   };
 
   void Run(const Actions& actions) {
-    if (actions.write != nullptr) StartWrite(actions.write);
+    if (actions.write != nullptr) {
+      grpc::WriteOptions options;
+      if (actions.more_to_write) options.set_buffer_hint();
+      StartWrite(actions.write, options);
+    }
     if (actions.read != nullptr) StartRead(actions.read);
     if (actions.finish) Finish(*actions.finish);
   }
@@ -223,6 +231,7 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     writing_ = std::move(to_write_.front());
     to_write_.pop_front();
     actions->write = &writing_->reply_bytes;
+    actions->more_to_write = !to_write_.empty();
   }
 
   void DecideFinishLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
@@ -288,16 +297,16 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
   // The item's outcome: queue its reply. From any thread, once per item.
   void Complete(Item* raw, const absl::Status& status) {
     std::unique_ptr<Item> item(raw);
-    service_.metrics->RecordRequest(Method::kNormalizeStream, item->op, item->dtype, status.code(),
+    absl::Status outcome = status;
+    if (outcome.ok() && !WrapStreamResponse(item->request_id, item->response, &item->reply_bytes)) {
+      outcome = absl::InternalError("the reply could not be encoded");
+    }
+    service_.metrics->RecordRequest(Method::kNormalizeStream, item->op, item->dtype, outcome.code(),
                                     item->rows, SecondsSince(item->start));
     // The task is gone (Batcher::Finish): the request's bytes can go now,
     // and the reply waits for its write as bytes only (and holds that much
     // of the budget).
     item->request.reset();
-    absl::Status outcome = status;
-    if (outcome.ok() && !WrapStreamResponse(item->request_id, item->response, &item->reply_bytes)) {
-      outcome = absl::InternalError("the reply could not be encoded");
-    }
     if (!outcome.ok()) {
       item->error_reply.set_request_id(item->request_id);
       v1::NormalizeStreamResponse::Error* error = item->error_reply.mutable_error();
