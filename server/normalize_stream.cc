@@ -162,7 +162,6 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     // is built, into which the executor writes the result tensors
     // (wire_response.h); a success's reply wraps it (WrapStreamResponse), an
     // error's is `error_reply`, serialized.
-    WireResponse wire;
     grpc::ByteBuffer response;
     v1::NormalizeStreamResponse error_reply;
     grpc::ByteBuffer reply_bytes;  // the reply as written
@@ -271,11 +270,12 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
         ValidateNormalize(request, item->request->tensor_data(), service_.limits, *service_.store);
     if (!plan.ok()) return Complete(item, plan.status());
     item->rows = plan->input.rows;
-    item->wire.set_request_id(item->request_id);
+    WireResponse wire;  // used while the task is built (it sizes the tensors)
+    wire.set_request_id(item->request_id);
     std::unique_ptr<Task> task =
-        BuildForwardTask(*plan, request, item->wire, DeadlineOf(context_->deadline()), item);
+        BuildForwardTask(*plan, request, wire, DeadlineOf(context_->deadline()), item);
     // Shares the tensors' memory, which the executor fills later.
-    item->response = item->wire.TakeBuffer();
+    item->response = wire.TakeBuffer();
     if (item->rows == 0) {
       task.reset();  // before Complete, which may free the item it points to
       return Complete(item, absl::OkStatus());
