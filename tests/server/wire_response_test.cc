@@ -24,6 +24,23 @@ std::string Flatten(const grpc::ByteBuffer& buffer) {
   return bytes;
 }
 
+// Whether `buffer` holds exactly the bytes protobuf's serializer writes for
+// `expected`.
+::testing::AssertionResult EncodesAs(const grpc::ByteBuffer& buffer,
+                                     const google::protobuf::Message& expected) {
+  const std::string encoded = Flatten(buffer);
+  std::string reference;
+  if (!expected.SerializeToString(&reference)) {
+    return ::testing::AssertionFailure() << "the expected message does not serialize";
+  }
+  if (encoded.size() != reference.size()) {
+    return ::testing::AssertionFailure()
+           << encoded.size() << " bytes encoded, protobuf writes " << reference.size();
+  }
+  if (encoded != reference) return ::testing::AssertionFailure() << "the bytes differ";
+  return ::testing::AssertionSuccess();
+}
+
 std::string RandomBytes(std::mt19937_64& rng, std::size_t n) {
   std::string bytes(n, '\0');
   for (char& c : bytes) c = static_cast<char>(rng());
@@ -84,13 +101,9 @@ TEST(WireResponseTest, EncodesExactlyWhatProtobufSerializes) {
     // Written after the buffer was taken, as the executor does: the buffer
     // shares the memory.
     for (const auto& [where, data] : writes) std::memcpy(where, data.data(), data.size());
-    const std::string encoded = Flatten(buffer);
-    std::string reference;
-    ASSERT_TRUE(expected.SerializeToString(&reference));
-    ASSERT_EQ(encoded.size(), reference.size());
-    EXPECT_TRUE(encoded == reference);
+    ASSERT_TRUE(EncodesAs(buffer, expected));
     v1::NormalizeResponse parsed;
-    ASSERT_TRUE(parsed.ParseFromString(encoded));
+    ASSERT_TRUE(parsed.ParseFromString(Flatten(buffer)));
     EXPECT_EQ(parsed.request_id(), id);
     EXPECT_EQ(parsed.output().data(), expected.output().data());
   }
@@ -132,13 +145,9 @@ TEST(WireResponseTest, StreamReplyWrapsTheResponseAsProtobufWould) {
     ASSERT_TRUE(WrapStreamResponse(id, response, &reply));
     // The executor writes after the reply exists: the slices are shared.
     if (where != nullptr) std::memcpy(where, data.data(), data.size());
-    const std::string encoded = Flatten(reply);
-    std::string reference;
-    ASSERT_TRUE(expected.SerializeToString(&reference));
-    ASSERT_EQ(encoded.size(), reference.size());
-    EXPECT_TRUE(encoded == reference);
+    ASSERT_TRUE(EncodesAs(reply, expected));
     v1::NormalizeStreamResponse parsed;
-    ASSERT_TRUE(parsed.ParseFromString(encoded));
+    ASSERT_TRUE(parsed.ParseFromString(Flatten(reply)));
     EXPECT_EQ(parsed.request_id(), id);
     ASSERT_TRUE(parsed.has_response());
     EXPECT_EQ(parsed.response().output().data(), data);
