@@ -30,4 +30,23 @@ for r in 1 2 3; do for v in off next-wave; do
   echo "$v $r rc=$? at $(el) s"
 done; done
 grep -h '^forward' $o/off_1.txt $o/next-wave_1.txt | awk '{print $2, $3, $5, $NF}' | sort -k1,3 | head -60
+# The whole target table with the prefetch on (PyTorch beside it), and the
+# issue's reference size (64 M elements) with it off and on.
+PYTHONUNBUFFERED=1 timeout 60 python3 kernels/bench/compare_torch.py --bench $B/kernels/bench/norm_bench \
+  --lib $L --bench-args "--l2_prefetch next-wave" --out $o/round_next_wave.json > $o/bench_next_wave.log 2>&1
+echo "compare_torch rc=$? at $(el) s"; grep -c MISS $o/bench_next_wave.log
+for v in off next-wave; do
+  LD_LIBRARY_PATH=$L timeout 60 $B/kernels/bench/norm_bench --forward-only --elements 67108864 \
+    --l2_prefetch $v --json $o/${v}_64m.json > $o/${v}_64m.txt 2>&1
+  echo "$v 64m rc=$? at $(el) s"
+done
+# What the memory system does with it: bf16 LayerNorm 4096, each policy.
+NCU=$(ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+for v in off next-wave; do
+  LD_LIBRARY_PATH=$L timeout 60 $NCU --clock-control none -k regex:ForwardLean --launch-skip 3 --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
+    $B/kernels/bench/norm_bench --forward-only --hidden 4096 --dtype bf16 --iterations 3 --l2_prefetch $v \
+    > $o/ncu_ln4096_$v.txt 2>&1
+  grep -E "Duration|DRAM Throughput|L2 Hit Rate|No Eligible" $o/ncu_ln4096_$v.txt | head -6
+done
 echo "end at $(el) s"
