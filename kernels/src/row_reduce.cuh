@@ -17,6 +17,13 @@
 // for a row that spans a cluster); a slot's memory is rewritten only after a
 // later call's barrier, so callers that loop alternate between two sets of
 // slots. Named barriers 1..groups are RowSum's; kernels use barrier 0.
+// Rows of fewer than 32 threads share a warp, and step 1's shuffles take the
+// whole warp: there every thread of the warp calls RowSum together, whatever
+// its row's data, so a call that only some rows need (a statistic's second
+// pass taken on a condition of the row's values) must be made by the whole
+// warp, each row keeping or ignoring its own result. A full-mask shuffle that
+// not every lane reaches is undefined behaviour; round 26's variant did that
+// and its GPU tests hung (kernels/BENCHMARKS.md).
 #pragma once
 
 #include <cooperative_groups.h>
