@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # server_test (whole suite, CUDA backend included) at HEAD on the GPU machine.
+# Bundle made here with
+#   kernels/bench/pack_gpu_bundle.sh build-gpu .gpu-h tests/server/server_test server/normsvc
+# and carried with `carry: [".gpu-h"]`; run as `bash .gpu-h/call.sh`.
 set -u
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 tar -C .gpu-h -xJf .gpu-h/bundle.tar.xz
