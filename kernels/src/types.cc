@@ -1,7 +1,9 @@
 #include "normsvc/kernels/types.h"
 
 #include <cmath>
+#include <cstdint>
 #include <string>
+#include <tuple>
 
 namespace normsvc::kernels {
 namespace {
@@ -32,6 +34,17 @@ Status CheckStride(const char* name, int64_t stride, int64_t hidden) {
   if (stride < hidden) {
     return Invalid(std::string(name) + " row stride " + std::to_string(stride) +
                    " is smaller than the hidden size " + std::to_string(hidden));
+  }
+  return Status::Ok();
+}
+
+// Every element access is at least as wide as the element: a pointer off
+// its element boundary would fault on the device (a sticky CUDA error) or be
+// undefined on the host, so it is refused here instead. Null passes.
+Status CheckElementAligned(const char* name, const void* p, std::size_t element_bytes) {
+  if (reinterpret_cast<std::uintptr_t>(p) % element_bytes != 0) {
+    return Invalid(std::string(name) + " is not aligned to its " + std::to_string(element_bytes) +
+                   "-byte elements");
   }
   return Status::Ok();
 }
@@ -92,6 +105,19 @@ Status ValidateForwardSegment(const ForwardSegment& s) {
     if (s.beta != nullptr) return Invalid("RMSNorm takes no beta");
     if (s.mean != nullptr) return Invalid("RMSNorm saves no mean");
   }
+  const std::size_t x_bytes = DTypeSize(s.x_dtype);
+  const std::size_t param_bytes = DTypeSize(s.param_dtype);
+  for (const auto& [name, p, bytes] :
+       {std::tuple<const char*, const void*, std::size_t>{"x", s.x, x_bytes},
+        {"residual", s.residual, x_bytes},
+        {"residual_out", s.residual_out, x_bytes},
+        {"gamma", s.gamma, param_bytes},
+        {"beta", s.beta, param_bytes},
+        {"out", s.out, DTypeSize(s.out_dtype)},
+        {"mean", s.mean, sizeof(float)},
+        {"rstd", s.rstd, sizeof(float)}}) {
+    if (Status st = CheckElementAligned(name, p, bytes); !st.ok()) return st;
+  }
   return Status::Ok();
 }
 
@@ -115,6 +141,18 @@ Status ValidateBackwardArgs(const BackwardArgs& a) {
   if (Status st = CheckStride("x", a.x_row_stride, a.hidden); !st.ok()) return st;
   if (Status st = CheckStride("dy", a.dy_row_stride, a.hidden); !st.ok()) return st;
   if (Status st = CheckStride("dx", a.dx_row_stride, a.hidden); !st.ok()) return st;
+  const std::size_t x_bytes = DTypeSize(a.x_dtype);
+  for (const auto& [name, p, bytes] :
+       {std::tuple<const char*, const void*, std::size_t>{"x", a.x, x_bytes},
+        {"dy", a.dy, x_bytes},
+        {"dx", a.dx, x_bytes},
+        {"gamma", a.gamma, DTypeSize(a.param_dtype)},
+        {"mean", a.mean, sizeof(float)},
+        {"rstd", a.rstd, sizeof(float)},
+        {"dgamma", a.dgamma, sizeof(float)},
+        {"dbeta", a.dbeta, sizeof(float)}}) {
+    if (Status st = CheckElementAligned(name, p, bytes); !st.ok()) return st;
+  }
   return Status::Ok();
 }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -130,6 +131,81 @@ TEST(Reference, BackwardMatchesFiniteDifferences) {
       EXPECT_NEAR(dgamma[i], dy[i] * row.y[i], 1e-5 * (1 + std::fabs(dy[i] * row.y[i])));
     }
   }
+}
+
+// The backward's epsilon is checked on its own: every other argument is valid.
+TEST(Reference, BackwardRejectsBadEpsilon) {
+  std::vector<float> x = {1, 2}, dy = {0.5f, -1}, dx(2, kPoison), dgamma(2, kPoison);
+  BackwardArgs a;
+  a.rows = 1;
+  a.hidden = 2;
+  a.x = x.data();
+  a.x_row_stride = 2;
+  a.dy = dy.data();
+  a.dy_row_stride = 2;
+  a.dx = dx.data();
+  a.dx_row_stride = 2;
+  a.dgamma = dgamma.data();
+  ASSERT_TRUE(ReferenceBackward(a).ok());
+  for (float eps : {0.0f, -1e-5f, NAN, INFINITY}) {
+    a.epsilon = eps;
+    const Status st = ReferenceBackward(a);
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << eps;
+    EXPECT_NE(st.message().find("epsilon"), std::string::npos) << st.message();
+  }
+}
+
+// A pointer off its element boundary is refused (the device would fault on
+// it), naming the argument; the same arguments aligned pass.
+TEST(Reference, RejectsPointersOffTheirElementBoundary) {
+  alignas(16) unsigned char bytes[256] = {};
+  auto at = [&](int offset) { return static_cast<void*>(bytes + offset); };
+  ForwardSegment s;
+  s.rows = 1;
+  s.hidden = 2;
+  s.x_dtype = s.out_dtype = s.param_dtype = DType::kF32;
+  s.x = at(0);
+  s.x_row_stride = 2;
+  s.out = at(16);
+  s.out_row_stride = 2;
+  s.gamma = at(32);
+  s.rstd = static_cast<float*>(at(48));
+  ASSERT_TRUE(ValidateForwardSegment(s).ok());
+  ForwardSegment bad = s;
+  bad.x = at(2);
+  EXPECT_NE(ValidateForwardSegment(bad).message().find("x is not aligned to its 4-byte"),
+            std::string::npos);
+  bad = s;
+  bad.gamma = at(33);
+  EXPECT_NE(ValidateForwardSegment(bad).message().find("gamma"), std::string::npos);
+  bad = s;
+  bad.rstd = reinterpret_cast<float*>(bytes + 50);
+  EXPECT_NE(ValidateForwardSegment(bad).message().find("rstd"), std::string::npos);
+  bad = s;  // 16-bit tensors need 2-byte alignment only
+  bad.x_dtype = bad.out_dtype = DType::kBF16;
+  bad.x = at(2);
+  bad.out = at(18);
+  EXPECT_TRUE(ValidateForwardSegment(bad).ok());
+  bad.out = at(19);
+  EXPECT_EQ(ValidateForwardSegment(bad).code(), Code::kInvalidArgument);
+
+  BackwardArgs a;
+  a.rows = 1;
+  a.hidden = 2;
+  a.x = at(0);
+  a.x_row_stride = 2;
+  a.dy = at(16);
+  a.dy_row_stride = 2;
+  a.dx = at(32);
+  a.dx_row_stride = 2;
+  a.dgamma = static_cast<float*>(at(48));
+  ASSERT_TRUE(ValidateBackwardArgs(a).ok());
+  BackwardArgs bad_backward = a;
+  bad_backward.dy = at(17);
+  EXPECT_NE(ValidateBackwardArgs(bad_backward).message().find("dy"), std::string::npos);
+  bad_backward = a;
+  bad_backward.dgamma = reinterpret_cast<float*>(bytes + 49);
+  EXPECT_NE(ValidateBackwardArgs(bad_backward).message().find("dgamma"), std::string::npos);
 }
 
 }  // namespace
