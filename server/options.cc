@@ -173,9 +173,11 @@ std::vector<FlagSpec> Flags() {
                             "largest input tensor per request (x; a residual may be as large)"));
   flags.push_back(Int64Flag(
       "max_receive_message_bytes", &ServerOptions::max_receive_message_bytes,
-      "gRPC receive limit (>= 64 MiB); a request with a residual carries two tensors of up to "
-      "--max_request_bytes, so below twice that gRPC refuses such requests "
-      "(RESOURCE_EXHAUSTED) before normsvc sees them"));
+      "gRPC receive limit (>= 64 MiB); a backward request carries x and dy of up to "
+      "--max_request_bytes each (a forward one x and a residual) plus statistics and "
+      "parameters, so below about twice --max_request_bytes gRPC refuses such requests "
+      "(RESOURCE_EXHAUSTED) before normsvc sees them; the server warns at start when this "
+      "is below what the other limits admit"));
   flags.push_back(Int64Flag("max_parameter_sets", &ServerOptions::max_parameter_sets,
                             "registered parameter sets"));
   flags.push_back(Int64Flag("max_parameter_bytes", &ServerOptions::max_parameter_bytes,
@@ -287,6 +289,16 @@ const char* BackendName(Backend backend) {
       return "cpu";
   }
   return "auto";
+}
+
+int64_t LargestRequestMessageBytes(const ServerOptions& o) {
+  // In 128 bits: the limits are checked one by one, not their sums.
+  constexpr __int128 kFramingBytes = int64_t{64} << 10;
+  const __int128 request = o.max_request_bytes;
+  const __int128 backward = 2 * request + __int128{8} * o.max_request_rows + 4 * o.max_hidden_size;
+  const __int128 forward = 2 * request + __int128{8} * o.max_hidden_size;
+  const __int128 largest = std::max(backward, forward) + kFramingBytes;
+  return static_cast<int64_t>(std::min<__int128>(largest, std::numeric_limits<int64_t>::max()));
 }
 
 absl::Status ValidateOptions(const ServerOptions& o) {

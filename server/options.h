@@ -72,7 +72,9 @@ struct ServerOptions {
   int64_t max_hidden_size = 262144;
   int64_t max_request_rows = 1048576;
   int64_t max_request_bytes = int64_t{256} << 20;  // input tensor bytes per request
-  int64_t max_receive_message_bytes = int64_t{512} << 20;
+  // Above LargestRequestMessageBytes of the defaults (522 MiB), so that no
+  // request the other limits admit is refused by gRPC's message limit.
+  int64_t max_receive_message_bytes = int64_t{640} << 20;
   int64_t max_parameter_sets = 1024;
   int64_t max_parameter_bytes = int64_t{1} << 30;
   int64_t staging_buffer_bytes = int64_t{128} << 20;  // per in-flight batch slot, GPU only
@@ -119,6 +121,15 @@ int64_t ResolveIdleSpinUs(int64_t requested, int usable_cpus);
 // computes can legitimately take that long. Other values as they are.
 inline constexpr int64_t kAutoBatchTimeoutS = 60;
 int64_t ResolveBatchTimeoutS(int64_t requested, std::string_view backend);
+
+// An upper bound on the gRPC message of the largest request the edge can
+// accept under these limits: a backward request's x and dy of
+// --max_request_bytes each, saved mean and rstd for --max_request_rows rows
+// and an fp32 gamma of --max_hidden_size, or a forward request's x and
+// residual with fp32 gamma and beta; plus 64 KiB for the fields around them.
+// A receive limit below it lets gRPC refuse (RESOURCE_EXHAUSTED, before any
+// validation) requests that every other limit admits; the server warns.
+int64_t LargestRequestMessageBytes(const ServerOptions& options);
 
 // Checks ranges and relations between options (e.g. the receive limit is at
 // least 64 MiB); the message names the flag.

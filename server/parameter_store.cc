@@ -23,8 +23,11 @@ ParameterSet::~ParameterSet() {
   if (live_bytes_ != nullptr) live_bytes_->fetch_sub(bytes, std::memory_order_acq_rel);
 }
 
-ParameterStore::ParameterStore(ParameterLimits limits, std::vector<Executor*> executors)
-    : limits_(limits), executors_(std::move(executors)) {}
+ParameterStore::ParameterStore(ParameterLimits limits, std::vector<Executor*> executors,
+                               RunElsewhere free_elsewhere)
+    : limits_(limits),
+      executors_(std::move(executors)),
+      free_elsewhere_(std::move(free_elsewhere)) {}
 
 absl::StatusOr<std::shared_ptr<const ParameterSet>> ParameterStore::Register(
     const std::string& name, int64_t hidden, kernels::DType dtype, absl::string_view gamma,
@@ -69,7 +72,9 @@ absl::StatusOr<std::shared_ptr<const ParameterSet>> ParameterStore::Register(
           ")"));
     }
   }
-  auto set = std::make_shared<ParameterSet>();
+  std::shared_ptr<ParameterSet> set(new ParameterSet, [free = free_elsewhere_](ParameterSet* p) {
+    if (!free || !free([p] { delete p; })) delete p;
+  });
   set->name = name;
   set->hidden = hidden;
   set->dtype = dtype;

@@ -4,11 +4,13 @@
 //
 // Thread safety: Find and List may be called from RPC handlers (a reader
 // lock held for a map lookup). Register and Delete upload to or free device
-// memory and so run on the control thread, never in a handler.
+// memory and so run on the control thread, never in a handler; so does the
+// freeing of a set whose last holder was a request (free_elsewhere).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,10 +60,21 @@ struct ParameterLimits {
   int64_t max_bytes = int64_t{1} << 30;
 };
 
+// Hands `job` to another thread and returns true, or returns false (then
+// the caller runs it itself).
+using RunElsewhere = std::function<bool(std::function<void()> job)>;
+
 class ParameterStore {
  public:
   // `executors` are indexed as in Task execution (executor index = position).
-  ParameterStore(ParameterLimits limits, std::vector<Executor*> executors);
+  // A set is freed where its last holder lets go of it: a replaced or
+  // deleted set that a request still holds, for instance, in the RPC handler
+  // that refuses that request. Freeing device memory waits for the device,
+  // so the store frees every set through `free_elsewhere` (the server's
+  // control thread), and in the releasing thread only when that is null or
+  // refuses the job (full, or stopped).
+  ParameterStore(ParameterLimits limits, std::vector<Executor*> executors,
+                 RunElsewhere free_elsewhere = nullptr);
 
   // Uploads to every executor in service (Executor::in_service) and
   // publishes the set. gamma/beta may be empty views (absent) but not both.
@@ -89,6 +102,7 @@ class ParameterStore {
  private:
   const ParameterLimits limits_;
   const std::vector<Executor*> executors_;
+  const RunElsewhere free_elsewhere_;
   absl::Mutex register_mutex_;  // serializes Register/Delete (limits, uploads)
   mutable absl::Mutex mutex_;   // guards the map
   absl::flat_hash_map<std::string, std::shared_ptr<const ParameterSet>> sets_

@@ -37,6 +37,7 @@
 #include "server/process_telemetry.h"
 #include "server/service.h"
 #include "server/service_context.h"
+#include "server/staging_layout.h"
 #include "server/tls_config.h"
 #include "server/usable_cpus.h"
 
@@ -191,6 +192,15 @@ absl::Status Server::CreateExecutors() {
   }
   std::vector<std::unique_ptr<Executor>> executors;
   if (use_gpu) {
+    const int64_t largest_row = LargestRowStagingBytes(options_.max_hidden_size);
+    if (options_.staging_buffer_bytes < largest_row) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--staging_buffer_bytes ", options_.staging_buffer_bytes,
+          " holds less than one row of the largest request --max_hidden_size ",
+          options_.max_hidden_size, " admits (", largest_row,
+          " bytes: fp32 tensors with a residual, inline parameters and statistics); raise "
+          "--staging_buffer_bytes or lower --max_hidden_size"));
+    }
     std::vector<int> devices = options_.devices;
     if (devices.empty()) {
       for (int d = 0; d < gpus; ++d) devices.push_back(d);
@@ -255,10 +265,14 @@ absl::Status Server::CreateExecutors() {
     Log(LogLevel::kError, "no healthy executor left: health is NOT_SERVING until restart");
     SetServing(false);
   });
+  control_ = std::make_shared<ControlQueue>();
   store_ = std::make_unique<ParameterStore>(
       ParameterLimits{options_.max_parameter_sets, options_.max_parameter_bytes},
-      pool_->executor_pointers());
-  control_ = std::make_unique<ControlQueue>();
+      pool_->executor_pointers(),
+      [control = std::weak_ptr<ControlQueue>(control_)](std::function<void()> job) {
+        const std::shared_ptr<ControlQueue> queue = control.lock();
+        return queue != nullptr && queue->Post(std::move(job));
+      });
   gate_ = std::make_unique<DrainGate>();
   streams_ = std::make_unique<CallRegistry>();
   context_ = std::make_unique<ServiceContext>();
@@ -287,6 +301,14 @@ absl::Status Server::StartGrpc() {
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   });
+  const int64_t largest_request = LargestRequestMessageBytes(options_);
+  if (options_.max_receive_message_bytes < largest_request) {
+    Log(LogLevel::kWarning, "--max_receive_message_bytes ", options_.max_receive_message_bytes,
+        " is below the largest request the other limits admit (", largest_request,
+        " bytes: a backward request's x and dy of --max_request_bytes each with its statistics, "
+        "or a forward request with a residual); gRPC refuses larger messages with "
+        "RESOURCE_EXHAUSTED before they are validated");
+  }
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.grpc_address, credentials_, &grpc_port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_receive_message_bytes));
@@ -295,8 +317,11 @@ absl::Status Server::StartGrpc() {
                              static_cast<int>(options_.keepalive_time_ms));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
                              static_cast<int>(options_.keepalive_timeout_ms));
-  // Clients may ping as often as every 5 s without being sent away.
+  // Clients may ping as often as every 5 s without being sent away, also on
+  // a connection with no call open (load balancers and clients that keep
+  // idle connections alive; gRPC's default allows that only every 2 hours).
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   if (options_.max_connection_age_ms > 0) {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
                                static_cast<int>(options_.max_connection_age_ms));

@@ -93,7 +93,9 @@ class Server {
   std::unique_ptr<IdleMemoryReleaser> memory_releaser_;  // reads budget_
   std::unique_ptr<ExecutorPool> pool_;
   std::unique_ptr<ParameterStore> store_;
-  std::unique_ptr<ControlQueue> control_;
+  // Shared so that a parameter set freed after the Server let it go (the
+  // store's sets are destroyed after it) finds it gone instead of dangling.
+  std::shared_ptr<ControlQueue> control_;
   std::unique_ptr<DrainGate> gate_;
   std::unique_ptr<CallRegistry> streams_;  // open NormalizeStream calls
   std::unique_ptr<ServiceContext> context_;

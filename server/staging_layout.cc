@@ -1,5 +1,7 @@
 #include "server/staging_layout.h"
 
+#include <algorithm>
+
 namespace normsvc::server {
 namespace {
 
@@ -59,6 +61,31 @@ int64_t MaxRowsInStaging(const Task& task, int64_t capacity) {
     }
   }
   return low;
+}
+
+int64_t LargestRowStagingBytes(int64_t hidden) {
+  // Never dereferenced: the layout only asks which tensors are present.
+  static char present;
+  Task forward;
+  forward.kind = TaskKind::kForward;
+  forward.rows = 1;
+  forward.hidden = hidden;
+  kernels::ForwardSegment& f = forward.forward;
+  f.x_dtype = f.out_dtype = f.param_dtype = kernels::DType::kF32;
+  f.x = f.residual = f.gamma = f.beta = &present;
+  f.out = f.residual_out = &present;
+  f.mean = f.rstd = reinterpret_cast<float*>(&present);
+  Task backward;
+  backward.kind = TaskKind::kBackward;
+  backward.rows = 1;
+  backward.hidden = hidden;
+  kernels::BackwardArgs& b = backward.backward;
+  b.x_dtype = b.param_dtype = kernels::DType::kF32;
+  b.x = b.dy = b.gamma = &present;
+  b.mean = b.rstd = reinterpret_cast<const float*>(&present);
+  b.dx = &present;
+  b.dgamma = b.dbeta = reinterpret_cast<float*>(&present);
+  return std::max(SliceStagingBytes(forward, 1), SliceStagingBytes(backward, 1));
 }
 
 StagingPlan PlanStaging(std::span<const TaskSlice> slices) {

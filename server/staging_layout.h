@@ -48,6 +48,14 @@ int64_t SliceStagingBytes(const Task& task, int64_t rows);
 inline int64_t TaskStagingBytes(const Task& task) { return SliceStagingBytes(task, task.rows); }
 // Most rows of `task` whose footprint fits in `capacity`; 0 if not even one.
 int64_t MaxRowsInStaging(const Task& task, int64_t capacity);
+// The largest footprint one row of `hidden` elements can have in any
+// request the edge accepts: every tensor fp32 and every optional input and
+// output present, forward (x, residual, inline gamma and beta in; out,
+// residual sum, mean, rstd out) or backward (x, dy, inline gamma, saved
+// mean and rstd in; dx, dgamma, dbeta out). A staging buffer smaller than
+// this could never run such a request, so the server refuses to start with
+// one (Server::CreateExecutors).
+int64_t LargestRowStagingBytes(int64_t hidden);
 
 StagingPlan PlanStaging(std::span<const TaskSlice> slices);
 

@@ -3,6 +3,7 @@
 #include "server/options.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -38,7 +39,9 @@ TEST(OptionsTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(o.max_hidden_size, 262144);
   EXPECT_EQ(o.max_request_rows, 1048576);
   EXPECT_EQ(o.max_request_bytes, 268435456);
-  EXPECT_EQ(o.max_receive_message_bytes, 536870912);
+  EXPECT_EQ(o.max_receive_message_bytes, 671088640);
+  // No request the other defaults admit is refused by gRPC's message limit.
+  EXPECT_GE(o.max_receive_message_bytes, LargestRequestMessageBytes(o));
   EXPECT_EQ(o.max_parameter_sets, 1024);
   EXPECT_EQ(o.max_parameter_bytes, 1073741824);
   EXPECT_EQ(o.batches_in_flight, 2);
@@ -186,6 +189,19 @@ TEST(OptionsTest, AutomaticIdleSpinNeedsEightUsableCpus) {
   EXPECT_EQ(ResolveIdleSpinUs(-1, 128), kAutoIdleSpinUs);
   EXPECT_EQ(ResolveIdleSpinUs(0, 128), 0);
   EXPECT_EQ(ResolveIdleSpinUs(123, 1), 123);
+}
+
+TEST(OptionsTest, LargestRequestMessageBytesCountsBothTensorsStatisticsAndParameters) {
+  ServerOptions o;
+  o.max_request_bytes = 100 << 20;
+  o.max_request_rows = 100000;
+  o.max_hidden_size = 4096;
+  // Backward: x and dy, 8 bytes of statistics a row, an fp32 gamma, framing.
+  EXPECT_EQ(LargestRequestMessageBytes(o), (200 << 20) + 800000 + 4 * 4096 + (64 << 10));
+  o.max_request_rows = 1;  // then a forward request's fp32 gamma and beta weigh more
+  EXPECT_EQ(LargestRequestMessageBytes(o), (200 << 20) + 8 * 4096 + (64 << 10));
+  o.max_request_bytes = std::numeric_limits<int64_t>::max();  // saturates, no overflow
+  EXPECT_EQ(LargestRequestMessageBytes(o), std::numeric_limits<int64_t>::max());
 }
 
 TEST(OptionsTest, CgroupCpuLimitsAreReadAsWholeCpus) {

@@ -8,8 +8,11 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -32,7 +35,10 @@ class HostUploadExecutor final : public Executor {
     }
     void* copy = std::malloc(bytes);
     std::memcpy(copy, host, bytes);
-    return DeviceBuffer(copy, [](void* p) { std::free(p); });
+    return DeviceBuffer(copy, [frees = frees](void* p) {
+      std::free(p);
+      ++*frees;
+    });
   }
   bool healthy() const override { return healthy_flag; }
 
@@ -40,6 +46,9 @@ class HostUploadExecutor final : public Executor {
   bool unhealthy_on_failure = false;
   bool healthy_flag = true;
   int uploads = 0;
+  // Buffers freed so far (shared with their deleters, which may outlive
+  // nothing here but need not know that).
+  std::shared_ptr<int> frees = std::make_shared<int>(0);
 
  private:
   DeviceDescription device_;
@@ -188,6 +197,40 @@ TEST(ParameterStoreLimitTest, SetsStillHeldAfterReplaceOrDeleteCountAgainstTheLi
   ASSERT_TRUE(register_set("c", false).ok());
   ASSERT_TRUE(register_set("d", false).ok());
   EXPECT_EQ(store.live_bytes(), 3 * kSetBytes);
+}
+
+// A set freed by whoever held it last (an RPC handler refusing a request,
+// say) is freed on the thread the store hands it to, never in that holder:
+// freeing device memory waits for the device. When that thread refuses the
+// job (stopped, full), the holder frees it itself.
+TEST(ParameterStoreReleaseTest, TheLastHolderHandsTheFreeingToAnotherThread) {
+  HostUploadExecutor executor;
+  std::vector<std::function<void()>> handed;
+  bool accept = true;
+  ParameterStore store(ParameterLimits{}, {&executor}, [&](std::function<void()> job) {
+    if (!accept) return false;
+    handed.push_back(std::move(job));
+    return true;
+  });
+  const std::string gamma = RandomFloats(64, std::random_device{}());
+  ASSERT_TRUE(store.Register("a", 64, kernels::DType::kF32, gamma, "", false).ok());
+  std::shared_ptr<const ParameterSet> held = store.Find("a");
+  ASSERT_NE(held, nullptr);
+  ASSERT_TRUE(store.Delete("a").ok());
+  EXPECT_TRUE(handed.empty());  // the request still holds it
+  held.reset();                 // the request ends here, in "its handler"
+  EXPECT_EQ(*executor.frees, 0);
+  ASSERT_EQ(handed.size(), 1u);
+  EXPECT_EQ(store.live_bytes(), 64 * 4);  // counted until actually freed
+  handed.front()();                       // the other thread's turn
+  EXPECT_EQ(*executor.frees, 1);
+  EXPECT_EQ(store.live_bytes(), 0);
+
+  accept = false;
+  ASSERT_TRUE(store.Register("b", 64, kernels::DType::kF32, gamma, "", false).ok());
+  ASSERT_TRUE(store.Delete("b").ok());  // nothing else holds it: freed here
+  EXPECT_EQ(*executor.frees, 2);
+  EXPECT_EQ(handed.size(), 1u);
 }
 
 }  // namespace

@@ -121,5 +121,29 @@ TEST(StagingLayoutTest, MaxRowsInStagingIsTheLargestSliceThatFits) {
   EXPECT_EQ(MaxRowsInStaging(task, 1024), 0);  // not even one row
 }
 
+// The bound the server checks --staging_buffer_bytes against at start: every
+// one-row request of that H fits in it, and the fp32 forward with everything
+// is its exact size (six H-element tensors and two statistics, aligned).
+TEST(StagingLayoutTest, LargestRowStagingBytesHoldsEveryOneRowRequest) {
+  for (int64_t hidden : {int64_t{1}, int64_t{4097}, int64_t{262144}}) {
+    const int64_t largest = LargestRowStagingBytes(hidden);
+    EXPECT_EQ(largest, 6 * AlignStaging(hidden * 4) + 2 * AlignStaging(4)) << hidden;
+    for (bool residual : {false, true}) {
+      for (bool stats : {false, true}) {
+        for (bool params : {false, true}) {
+          for (kernels::DType dtype : {kernels::DType::kF32, kernels::DType::kBF16}) {
+            const Task task = ForwardTask(1, hidden, dtype, residual, stats, params);
+            EXPECT_LE(SliceStagingBytes(task, 1), largest) << hidden;
+          }
+        }
+      }
+    }
+    EXPECT_LE(SliceStagingBytes(BackwardTask(1, hidden), 1), largest) << hidden;
+    const Task everything = ForwardTask(1, hidden, kernels::DType::kF32, true, true, true);
+    EXPECT_EQ(MaxRowsInStaging(everything, largest), 1);
+    EXPECT_EQ(MaxRowsInStaging(everything, largest - 1), 0);
+  }
+}
+
 }  // namespace
 }  // namespace normsvc::server

@@ -39,7 +39,7 @@ struct ChannelOptions {
   int keepalive_timeout_ms = 10000;
   bool keepalive_permit_without_calls = false;
 
-  // Message size limits (-1 = unlimited). normsvc accepts up to 512 MiB by
+  // Message size limits (-1 = unlimited). normsvc accepts up to 640 MiB by
   // default; replies are as large as requests.
   int max_receive_message_bytes = -1;
   int max_send_message_bytes = -1;
