@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "normsvc/kernels/float16.h"
+#include "reference_chunks.h"
 #include "row_codec.h"
 #include "run_tasks.h"
 
@@ -32,9 +33,7 @@ using detail::RunTasks;
 using detail::StoreElement;
 using detail::WithDType;
 
-// Below this many elements a call runs on the calling thread only. The
-// backward's dgamma/dbeta chunks follow the thread count, so this constant is
-// part of its bitwise result.
+// Below this many elements a call runs on the calling thread only.
 constexpr int64_t kElementsPerThread = 1 << 16;
 
 int HardwareThreads() {
@@ -421,17 +420,20 @@ namespace {
 Status ReferenceBackwardValidated(const BackwardArgs& a, const ReferenceOptions& options) {
   const int64_t h = a.hidden;
   const std::vector<double> gamma = DecodeParam(a.gamma, a.param_dtype, h);
-  const int threads = ThreadCount(options, a.rows * h);
-  // Per-chunk column partials, summed in chunk order: deterministic.
-  const int64_t chunk = a.rows == 0 ? 1 : (a.rows + threads - 1) / threads;
-  const int64_t chunks = a.rows == 0 ? 0 : (a.rows + chunk - 1) / chunk;
+  // Per-chunk column partials, summed in chunk order: the chunks follow the
+  // shape (reference_chunks.h), so the bits do not depend on the threads.
+  const int64_t chunk = detail::BackwardChunkRows(a.rows, h);
+  const int64_t chunks = (a.rows + chunk - 1) / chunk;
+  const int workers = static_cast<int>(std::min<int64_t>(ThreadCount(options, a.rows * h), chunks));
   std::vector<double> dgamma_parts(a.dgamma != nullptr ? chunks * h : 0, 0.0);
   std::vector<double> dbeta_parts(a.dbeta != nullptr ? chunks * h : 0, 0.0);
-  const Status status = RunTasks(static_cast<int>(chunks), [&](int part) {
-    const int64_t begin = part * chunk;
-    BackwardRows(a, DataOrNull(gamma), begin, std::min(a.rows, begin + chunk),
-                 a.dgamma != nullptr ? dgamma_parts.data() + part * h : nullptr,
-                 a.dbeta != nullptr ? dbeta_parts.data() + part * h : nullptr);
+  const Status status = RunTasks(workers, [&](int worker) {
+    for (int64_t part = worker; part < chunks; part += workers) {
+      const int64_t begin = part * chunk;
+      BackwardRows(a, DataOrNull(gamma), begin, std::min(a.rows, begin + chunk),
+                   a.dgamma != nullptr ? dgamma_parts.data() + part * h : nullptr,
+                   a.dbeta != nullptr ? dbeta_parts.data() + part * h : nullptr);
+    }
   });
   if (!status.ok()) return status;
   for (int64_t i = 0; i < h; ++i) {

@@ -122,8 +122,9 @@ TEST(ReferenceEquivalence, BackwardMatchesEarlierImplementationBitForBit) {
   PrintNanPayloadDifferences();
 }
 
-// dgamma/dbeta are reduced per thread chunk, then over chunks in order: the
-// split must be the same as before for every thread count.
+// dgamma/dbeta are reduced per chunk of rows, then over the chunks in order;
+// the chunks follow the shape, so every thread count gives the earlier
+// implementation's bits.
 TEST(ReferenceEquivalence, BackwardMatchesWhenSplitOverThreads) {
   std::mt19937_64 rng(Seed() + 3);
   for (DType dtype : kDTypes) {

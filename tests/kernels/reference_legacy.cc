@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "normsvc/kernels/float16.h"
+#include "reference_chunks.h"
 
 namespace normsvc::kernels::legacy {
 namespace {
@@ -156,15 +157,15 @@ Status ReferenceForward(const ForwardSegment* segments, int count,
   return Status::Ok();
 }
 
-Status ReferenceBackward(const BackwardArgs& a, const ReferenceOptions& options) {
+Status ReferenceBackward(const BackwardArgs& a, const ReferenceOptions& /*options*/) {
   if (Status st = ValidateBackwardArgs(a); !st.ok()) return st;
   const int64_t h = a.hidden;
   const std::vector<double> gamma = DecodeParam(a.gamma, a.param_dtype, h);
   const bool layer_norm = a.op == NormOp::kLayerNorm;
-  const int threads = ThreadCount(options, a.rows * h);
-  // Per-chunk column partials, summed in chunk order: deterministic.
-  const int64_t chunk = a.rows == 0 ? 1 : (a.rows + threads - 1) / threads;
-  const int64_t chunks = a.rows == 0 ? 0 : (a.rows + chunk - 1) / chunk;
+  // Per-chunk column partials, summed in chunk order; chunks of the
+  // production split (reference_chunks.h), one after another.
+  const int64_t chunk = detail::BackwardChunkRows(a.rows, h);
+  const int64_t chunks = (a.rows + chunk - 1) / chunk;
   std::vector<std::vector<double>> dgamma_parts(chunks), dbeta_parts(chunks);
   auto body = [&](int64_t begin, int64_t end) {
     const int64_t part = begin / chunk;
@@ -208,10 +209,7 @@ Status ReferenceBackward(const BackwardArgs& a, const ReferenceOptions& options)
       }
     }
   };
-  ParallelRows(a.rows, threads, [&](int64_t begin, int64_t end) {
-    // ParallelRows splits with the same chunk size computed above.
-    for (int64_t b = begin; b < end; b += chunk) body(b, std::min(end, b + chunk));
-  });
+  for (int64_t b = 0; b < a.rows; b += chunk) body(b, std::min(a.rows, b + chunk));
   for (int64_t i = 0; i < h; ++i) {
     double dgamma = 0.0, dbeta = 0.0;
     for (int64_t p = 0; p < chunks; ++p) {

@@ -1,6 +1,7 @@
 #include "normsvc/kernels/reference.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -8,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "normsvc/kernels/float16.h"
+#include "reference_chunks.h"
 
 namespace normsvc::kernels {
 namespace {
@@ -206,6 +208,53 @@ TEST(Reference, RejectsPointersOffTheirElementBoundary) {
   bad_backward = a;
   bad_backward.dgamma = reinterpret_cast<float*>(bytes + 49);
   EXPECT_NE(ValidateBackwardArgs(bad_backward).message().find("dgamma"), std::string::npos);
+}
+
+// The CPU backend's dgamma/dbeta have the same bits on every host: the rows'
+// split into chunks follows the shape, not the thread count.
+TEST(Reference, BackwardBitsDoNotDependOnTheThreadCount) {
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> dist(0.3f, 1.7f);
+  const int64_t rows = 1500, h = 700;  // 16 chunks of 94 rows (the last 90)
+  ASSERT_EQ(detail::BackwardChunkRows(rows, h), 94);
+  std::vector<float> x(rows * h), dy(rows * h), gamma(h);
+  for (float& v : x) v = dist(rng);
+  for (float& v : dy) v = dist(rng);
+  for (float& v : gamma) v = dist(rng);
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 2, 3, 7, 0}) {
+    std::vector<float> dx(rows * h, kPoison), dgamma(h, kPoison), dbeta(h, kPoison);
+    BackwardArgs a;
+    a.rows = rows;
+    a.hidden = h;
+    a.x = x.data();
+    a.x_row_stride = h;
+    a.dy = dy.data();
+    a.dy_row_stride = h;
+    a.gamma = gamma.data();
+    a.dx = dx.data();
+    a.dx_row_stride = h;
+    a.dgamma = dgamma.data();
+    a.dbeta = dbeta.data();
+    ASSERT_TRUE(ReferenceBackward(a, ReferenceOptions{threads}).ok());
+    for (float v : dgamma) ASSERT_NE(v, kPoison);
+    dgamma.insert(dgamma.end(), dbeta.begin(), dbeta.end());
+    dgamma.insert(dgamma.end(), dx.begin(), dx.end());
+    results.push_back(std::move(dgamma));
+  }
+  for (size_t i = 1; i < results.size(); ++i) {
+    ASSERT_EQ(std::memcmp(results[i].data(), results[0].data(), results[0].size() * sizeof(float)),
+              0)
+        << "threads case " << i;
+  }
+}
+
+TEST(Reference, BackwardChunksFollowTheShapeWithinTheirBounds) {
+  EXPECT_EQ(detail::BackwardChunkRows(0, 64), 1);
+  EXPECT_EQ(detail::BackwardChunkRows(7, 64), 7);              // one chunk below 2^16 elements
+  EXPECT_EQ(detail::BackwardChunkRows(1 << 20, 1024), 16384);  // at most 64 chunks
+  EXPECT_EQ(detail::BackwardChunkRows(256, 262144), 16);       // 2^22 partial doubles: 16 chunks
+  EXPECT_EQ(detail::BackwardChunkRows(3, 1 << 20), 1);         // a row a chunk is the least
 }
 
 }  // namespace

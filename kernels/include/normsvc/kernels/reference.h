@@ -1,7 +1,13 @@
 // The CPU reference: the definition of the right answer, and the server's
-// CPU backend. Double-precision accumulation; results rounded once to the
-// output dtype. Same shape of API as the GPU launchers (gpu.h), on host
-// pointers. Multithreaded over rows; thread-safe (no shared state).
+// CPU backend. Double-precision accumulation; each result is rounded to fp32
+// and, for a 16-bit output, from there to the 16-bit dtype
+// (StoreFromDouble), as the GPU kernels, which compute in fp32, round their
+// results. That is the correctly rounded value except where the fp32 value
+// falls exactly halfway between two 16-bit values (then it may be the other
+// neighbour: one unit in the last place). dgamma and dbeta have the same
+// bits for every thread count and host. Same shape of API as the GPU
+// launchers (gpu.h), on host pointers. Multithreaded over rows; thread-safe
+// (no shared state).
 #pragma once
 
 #include <vector>
