@@ -25,7 +25,8 @@ std::string Describe(const BackwardSpec& s) {
     << " rows=" << s.rows << " H=" << s.hidden << " pad=" << s.pad << " offset=" << s.offset
     << (s.dx_offset >= 0 ? " dx_offset=" + std::to_string(s.dx_offset) : "")
     << (s.gamma ? " gamma" : "") << (s.given_stats ? " given-stats" : " recomputed-stats")
-    << (s.dgamma ? " dgamma" : "") << (s.dbeta ? " dbeta" : "");
+    << (s.dgamma ? " dgamma" : "") << (s.dbeta ? " dbeta" : "")
+    << (s.label.empty() ? "" : " rows: " + s.label);
   return o.str();
 }
 
@@ -36,6 +37,7 @@ double RunAndCheck(const BackwardSpec& spec, std::mt19937_64& rng) {
   HostTensor x(s.dtype, s.rows, h, stride), dy(s.dtype, s.rows, h, stride), gamma;
   x.FillNormal(rng, 0.3, 1.7);
   dy.FillNormal(rng, 0.0, 1.0);
+  if (s.rewrite_x) s.rewrite_x(x, rng);
   // NaN between the rows and around the tensors (below): a kernel that lets
   // a byte outside the rows reach a result fails the comparison.
   for (int64_t r = 0; r < s.rows; ++r) {
@@ -98,7 +100,10 @@ double RunAndCheck(const BackwardSpec& spec, std::mt19937_64& rng) {
   a.dgamma = s.dgamma ? static_cast<float*>(dgamma_dev.get()) : nullptr;
   a.dbeta = s.dbeta ? static_cast<float*>(dbeta_dev.get()) : nullptr;
 
-  std::vector<uint8_t> first_run;
+  // The checks below read the last run's results, whose poison (0x3c) is
+  // finite in every dtype: an element left unwritten in a row whose dx must
+  // be NaN does not pass for one (0x7f is NaN in fp16).
+  std::vector<uint8_t> first_run, last_run;
   for (uint8_t poison : {uint8_t{0x7f}, uint8_t{0x3c}}) {
     for (const DeviceBuffer* b : {&dx_dev, &dgamma_dev, &dbeta_dev, &workspace}) b->Poison(poison);
     const Status st = LaunchBackward(a, workspace.get(), workspace.bytes(), nullptr);
@@ -121,6 +126,7 @@ double RunAndCheck(const BackwardSpec& spec, std::mt19937_64& rng) {
       run.insert(run.end(), part.begin(), part.end());
     }
     // dx padding and unrequested outputs keep the poison; compare only the rest.
+    last_run = run;
     if (first_run.empty()) {
       first_run = run;
     } else {
@@ -137,7 +143,7 @@ double RunAndCheck(const BackwardSpec& spec, std::mt19937_64& rng) {
   }
 
   HostTensor dx(s.dtype, s.rows, h, stride);
-  std::memcpy(dx.bytes.data(), first_run.data(), dx.bytes.size());
+  std::memcpy(dx.bytes.data(), last_run.data(), dx.bytes.size());
   const std::vector<uint8_t> dgamma_bytes = dgamma_dev.Download(),
                              dbeta_bytes = dbeta_dev.Download();
   std::vector<double> dgamma_ref(h, 0.0), dbeta_ref(h, 0.0), dgamma_mag(h, 0.0), dbeta_mag(h, 0.0);
@@ -180,6 +186,13 @@ double RunAndCheck(const BackwardSpec& spec, std::mt19937_64& rng) {
       const double mg = layer_norm ? sum_g / h : 0.0, mgx = sum_gx / h;
       for (int64_t c = 0; c < h; ++c) {
         const double ref = rs * ((g[c] - mg) - xhat[c] * mgx);
+        if (!std::isfinite(ref)) {  // NaN or Inf in the row: dx must not be finite either
+          if (std::isfinite(dx.At(r, c))) {
+            fail("dx row " + std::to_string(r) + " col " + std::to_string(c) + ": " +
+                 std::to_string(dx.At(r, c)) + " where the reference is " + std::to_string(ref));
+          }
+          continue;
+        }
         const double tol =
             2e-5 * rs *
                 (std::fabs(g[c]) + abs_g / h + std::fabs(xhat[c]) * (std::fabs(mgx) + abs_gx / h)) +
@@ -201,25 +214,28 @@ double RunAndCheck(const BackwardSpec& spec, std::mt19937_64& rng) {
       dbeta_mag[c] += dbm[c];
     }
   });
+  // Each dgamma / dbeta column: non-finite where its reference is (a NaN or
+  // Inf row's term), within the metric of the reference everywhere else.
+  const auto check_column = [&](const char* what, const std::vector<uint8_t>& bytes, int64_t c,
+                                double ref, double magnitude) {
+    const double got = LoadAsFloat(bytes.data(), DType::kF32, c);
+    if (!std::isfinite(ref)) {
+      if (std::isfinite(got)) {
+        fail(std::string(what) + " col " + std::to_string(c) + ": " + std::to_string(got) +
+             " where the reference is " + std::to_string(ref));
+      }
+      return;
+    }
+    const double tol = 2e-5 * magnitude + 1e-30;
+    max_ratio = std::max(max_ratio, std::fabs(got - ref) / tol);
+    if (!(std::fabs(got - ref) <= tol)) {
+      fail(std::string(what) + " col " + std::to_string(c) + ": " + std::to_string(got) + " ref " +
+           std::to_string(ref));
+    }
+  };
   for (int64_t c = 0; c < h; ++c) {
-    if (s.dgamma) {
-      const double got = LoadAsFloat(dgamma_bytes.data(), DType::kF32, c);
-      const double tol = 2e-5 * dgamma_mag[c] + 1e-30;
-      max_ratio = std::max(max_ratio, std::fabs(got - dgamma_ref[c]) / tol);
-      if (!(std::fabs(got - dgamma_ref[c]) <= tol)) {
-        fail("dgamma col " + std::to_string(c) + ": " + std::to_string(got) + " ref " +
-             std::to_string(dgamma_ref[c]));
-      }
-    }
-    if (s.dbeta) {
-      const double got = LoadAsFloat(dbeta_bytes.data(), DType::kF32, c);
-      const double tol = 2e-5 * dbeta_mag[c] + 1e-30;
-      max_ratio = std::max(max_ratio, std::fabs(got - dbeta_ref[c]) / tol);
-      if (!(std::fabs(got - dbeta_ref[c]) <= tol)) {
-        fail("dbeta col " + std::to_string(c) + ": " + std::to_string(got) + " ref " +
-             std::to_string(dbeta_ref[c]));
-      }
-    }
+    if (s.dgamma) check_column("dgamma", dgamma_bytes, c, dgamma_ref[c], dgamma_mag[c]);
+    if (s.dbeta) check_column("dbeta", dbeta_bytes, c, dbeta_ref[c], dbeta_mag[c]);
   }
   if (failures > 0) {
     std::ostringstream o;

@@ -3,6 +3,12 @@
 // and the checks: dx, dgamma and dbeta against the double reference (metric
 // below), bit-for-bit repetition, and no dx byte written outside the rows.
 //
+// Rows of x may be rewritten (BackwardSpec::rewrite_x: NaN, Inf, constant
+// rows): where the double reference of a dx element, dgamma or dbeta column
+// is non-finite (a NaN or Inf in x, or in the statistics it gives), the
+// result must be non-finite too, as PyTorch propagates them; everywhere else
+// the metric below applies.
+//
 // Metric: with xhat, g = dy * gamma and the row means computed in double,
 //   |dx - ref| <= 2e-5 * rstd * (|g| + mean|g| + |xhat| * (|mean(g xhat)| + mean|g xhat|))
 //                 + ulp(ref) for fp16/bf16 dx
@@ -12,9 +18,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 
+#include "gpu_test_support.h"
 #include "kernel_registry.h"
 #include "normsvc/kernels/types.h"
 
@@ -33,6 +41,10 @@ struct BackwardSpec {
   bool given_stats = true;
   bool dgamma = true;
   bool dbeta = true;  // LayerNorm only
+  // Called after x and dy are filled at random, before the statistics are
+  // taken: rewrites rows of x (columns below hidden only). Empty: none.
+  std::function<void(HostTensor& x, std::mt19937_64& rng)> rewrite_x;
+  std::string label;  // names the rewritten rows in Describe
 };
 
 std::string Describe(const BackwardSpec& s);

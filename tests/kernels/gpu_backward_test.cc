@@ -3,7 +3,9 @@
 // bitwise determinism of dx, dgamma and dbeta (the case and its metric:
 // gpu_backward_case.h).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "gpu_test_support.h"
 #include "kernel_registry.h"
 #include "normsvc/kernels/gpu.h"
+#include "normsvc/kernels/reference.h"
 
 namespace normsvc::kernels::testing {
 namespace {
@@ -211,11 +214,152 @@ TEST(BackwardArguments, RejectsSmallWorkspace) {
   a.dx = reinterpret_cast<void*>(0x2000);
   a.x_row_stride = a.dy_row_stride = a.dx_row_stride = 8;
   a.dgamma = reinterpret_cast<float*>(0x3000);
-  EXPECT_EQ(LaunchBackward(a, nullptr, 0, nullptr).code(), Code::kInvalidArgument);
-  a.epsilon = 0.0f;
-  EXPECT_EQ(LaunchBackward(a, nullptr, 0, nullptr).code(), Code::kInvalidArgument);
+  const Status st = LaunchBackward(a, nullptr, 0, nullptr);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("BackwardWorkspaceBytes"), std::string::npos) << st.message();
   EXPECT_GT(BackwardWorkspaceBytes(1000, 4096), 0u);
   EXPECT_EQ(BackwardWorkspaceBytes(0, 4096), 0u);
+}
+
+constexpr float kBadEpsilons[] = {0.0f, -1e-5f, NAN, INFINITY};
+
+// Epsilon is checked whatever else the call holds. An empty launch (rows =
+// 0, no dgamma / dbeta: nothing to write and no workspace needed) is valid
+// with epsilon 1e-5 and makes no CUDA call, so each bad epsilon is the only
+// thing wrong with it; the error must name epsilon. Runs without a GPU too.
+TEST(BackwardArguments, RejectsBadEpsilonOfAnEmptyLaunch) {
+  for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+    BackwardArgs a;
+    a.op = op;
+    a.rows = 0;
+    a.hidden = 8;
+    a.x = a.dy = reinterpret_cast<const void*>(0x1000);
+    a.dx = reinterpret_cast<void*>(0x2000);
+    a.x_row_stride = a.dy_row_stride = a.dx_row_stride = 8;
+    a.epsilon = 1e-5f;
+    const Status valid = LaunchBackward(a, nullptr, 0, nullptr);
+    ASSERT_TRUE(valid.ok()) << valid.message();
+    for (float epsilon : kBadEpsilons) {
+      a.epsilon = epsilon;
+      const Status st = LaunchBackward(a, nullptr, 0, nullptr);
+      EXPECT_EQ(st.code(), Code::kInvalidArgument) << NormOpName(op) << " epsilon " << epsilon;
+      EXPECT_NE(st.message().find("epsilon"), std::string::npos)
+          << NormOpName(op) << " epsilon " << epsilon << ": " << st.message();
+    }
+  }
+}
+
+// The same on launches of real rows that are valid in every other respect:
+// device buffers for everything, with dgamma and dbeta and a workspace of
+// BackwardWorkspaceBytes, or with neither (no workspace needed); saved or
+// recomputed statistics. Each bad epsilon is rejected with an error that
+// names epsilon and writes nothing (dx, dgamma and dbeta keep the poison);
+// epsilon 1e-5 then runs and writes dx.
+TEST(BackwardArguments, RejectsBadEpsilonOfAnOtherwiseValidLaunch) {
+  NORMSVC_REQUIRE_GPU();
+  std::mt19937_64 rng = SeededRng("backward epsilon check");
+  constexpr int64_t kRows = 4, kHidden = 96;
+  HostTensor x(DType::kF32, kRows, kHidden, kHidden), dy(DType::kF32, kRows, kHidden, kHidden);
+  HostTensor gamma(DType::kF32, 1, kHidden, kHidden);
+  x.FillNormal(rng, 0.3, 1.7);
+  dy.FillNormal(rng, 0.0, 1.0);
+  gamma.FillNormal(rng, 1.0, 0.5);
+  const DeviceBuffer x_dev = x.ToDevice(), dy_dev = dy.ToDevice(), gamma_dev = gamma.ToDevice();
+  const DeviceBuffer dx_dev(x.bytes.size()), dgamma_dev(kHidden * sizeof(float)),
+      dbeta_dev(kHidden * sizeof(float)), workspace(BackwardWorkspaceBytes(kRows, kHidden));
+  // LayerNorm's statistics, given to RMSNorm too (rstd only): the reference
+  // the valid launch is compared with takes the same.
+  std::vector<float> mean(kRows), rstd(kRows);
+  for (int64_t r = 0; r < kRows; ++r) {
+    const std::vector<double> row = x.Row(r);
+    const RowResult stats = ReferenceForwardRow(NormOp::kLayerNorm, row.data(), nullptr, nullptr,
+                                                nullptr, kHidden, 1e-5);
+    mean[r] = static_cast<float>(stats.mean);
+    rstd[r] = static_cast<float>(stats.rstd);
+  }
+  const DeviceBuffer mean_dev(kRows * sizeof(float)), rstd_dev(kRows * sizeof(float));
+  mean_dev.Upload(mean.data(), kRows * sizeof(float));
+  rstd_dev.Upload(rstd.data(), kRows * sizeof(float));
+  constexpr uint8_t kPoison = 0x3c;
+  const auto untouched = [&](const DeviceBuffer& b) {
+    const std::vector<uint8_t> bytes = b.Download();
+    return std::all_of(bytes.begin(), bytes.end(), [](uint8_t v) { return v == kPoison; });
+  };
+  for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+    for (bool given_stats : {true, false}) {
+      for (bool partials : {true, false}) {
+        BackwardArgs a;
+        a.op = op;
+        a.rows = kRows;
+        a.hidden = kHidden;
+        a.x = x_dev.get();
+        a.dy = dy_dev.get();
+        a.dx = dx_dev.get();
+        a.x_row_stride = a.dy_row_stride = a.dx_row_stride = kHidden;
+        a.gamma = gamma_dev.get();
+        a.mean =
+            given_stats && op == NormOp::kLayerNorm ? static_cast<float*>(mean_dev.get()) : nullptr;
+        a.rstd = given_stats ? static_cast<float*>(rstd_dev.get()) : nullptr;
+        a.dgamma = partials ? static_cast<float*>(dgamma_dev.get()) : nullptr;
+        a.dbeta =
+            partials && op == NormOp::kLayerNorm ? static_cast<float*>(dbeta_dev.get()) : nullptr;
+        void* const ws = partials ? workspace.get() : nullptr;
+        const std::size_t ws_bytes = partials ? workspace.bytes() : 0;
+        const std::string what = std::string(NormOpName(op)) +
+                                 (given_stats ? " saved stats" : " recomputed stats") +
+                                 (partials ? ", dgamma/dbeta" : ", dx only");
+        for (float epsilon : kBadEpsilons) {
+          for (const DeviceBuffer* b : {&dx_dev, &dgamma_dev, &dbeta_dev}) b->Poison(kPoison);
+          a.epsilon = epsilon;
+          const Status st = LaunchBackward(a, ws, ws_bytes, nullptr);
+          EXPECT_EQ(st.code(), Code::kInvalidArgument) << what << ", epsilon " << epsilon;
+          EXPECT_NE(st.message().find("epsilon"), std::string::npos)
+              << what << ", epsilon " << epsilon << ": " << st.message();
+          CUDA_ASSERT_OK(cudaDeviceSynchronize());
+          EXPECT_TRUE(untouched(dx_dev) && untouched(dgamma_dev) && untouched(dbeta_dev))
+              << what << ", epsilon " << epsilon << ": a rejected launch wrote its outputs";
+        }
+        for (const DeviceBuffer* b : {&dx_dev, &dgamma_dev, &dbeta_dev}) b->Poison(kPoison);
+        a.epsilon = 1e-5f;
+        const Status valid = LaunchBackward(a, ws, ws_bytes, nullptr);
+        EXPECT_TRUE(valid.ok()) << what << ", epsilon 1e-5: " << valid.message();
+        CUDA_ASSERT_OK(cudaDeviceSynchronize());
+        // Against the reference on the same arguments (host copies), within
+        // 1e-4 of the output's largest magnitude: a coarse check that the
+        // valid launch ran (BackwardMatrix applies gpu_backward_case.h's metric).
+        std::vector<float> dx_ref(kRows * kHidden), dgamma_ref(kHidden), dbeta_ref(kHidden);
+        BackwardArgs host = a;
+        host.x = x.bytes.data();
+        host.dy = dy.bytes.data();
+        host.gamma = gamma.bytes.data();
+        host.mean = a.mean != nullptr ? mean.data() : nullptr;
+        host.rstd = a.rstd != nullptr ? rstd.data() : nullptr;
+        host.dx = dx_ref.data();
+        host.dgamma = a.dgamma != nullptr ? dgamma_ref.data() : nullptr;
+        host.dbeta = a.dbeta != nullptr ? dbeta_ref.data() : nullptr;
+        const Status reference = ReferenceBackward(host);
+        ASSERT_TRUE(reference.ok()) << reference.message();
+        const auto expect_close = [&](const DeviceBuffer& buffer, const std::vector<float>& ref,
+                                      const char* name) {
+          const std::vector<uint8_t> bytes = buffer.Download();
+          std::vector<float> got(ref.size());
+          std::memcpy(got.data(), bytes.data(), ref.size() * sizeof(float));
+          double scale = 1.0;
+          for (float v : ref) scale = std::max(scale, std::fabs(static_cast<double>(v)));
+          for (std::size_t i = 0; i < ref.size(); ++i) {
+            if (!(std::fabs(static_cast<double>(got[i]) - ref[i]) <= 1e-4 * scale)) {
+              ADD_FAILURE() << what << ", epsilon 1e-5: " << name << "[" << i << "] " << got[i]
+                            << " ref " << ref[i];
+              return;
+            }
+          }
+        };
+        expect_close(dx_dev, dx_ref, "dx");
+        if (a.dgamma != nullptr) expect_close(dgamma_dev, dgamma_ref, "dgamma");
+        if (a.dbeta != nullptr) expect_close(dbeta_dev, dbeta_ref, "dbeta");
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <sstream>
 
 #include "normsvc/kernels/float16.h"
+#include "normsvc/kernels/gpu.h"
 #include "normsvc/kernels/reference.h"
 
 namespace normsvc::kernels::testing {
@@ -38,6 +40,7 @@ std::string Describe(const ForwardSpec& s) {
     << " x_pad=" << s.x_pad << " out_pad=" << s.out_pad << " offset=" << s.offset
     << (s.gamma ? " gamma" : "") << (s.beta ? " beta" : "") << (s.residual ? " residual" : "")
     << (s.residual_out ? " residual_out" : "") << (s.stats ? " stats" : "");
+  if (s.epsilon != 1e-5f) o << " eps=" << s.epsilon;
   return o.str();
 }
 
@@ -275,6 +278,40 @@ double ForwardCase::Check(const std::string& label) const {
     ADD_FAILURE() << o.str();
   }
   return max_ratio;
+}
+
+std::vector<uint8_t> RunAlone(ForwardCase& c) {
+  c.PoisonOutputs();
+  const Status st = LaunchForwardSegment(c.Segment(), nullptr);
+  EXPECT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return c.OutputBytes();
+}
+
+void CheckMixedLaunchBothWays(const std::vector<ForwardSegment>& segments,
+                              const std::vector<std::unique_ptr<ForwardCase>>& cases,
+                              const std::vector<std::vector<uint8_t>>& alone, const char* tag) {
+  const int count = static_cast<int>(segments.size());
+  DeviceBuffer workspace(ForwardWorkspaceBytes(count));
+  void* pinned = nullptr;
+  CUDA_ASSERT_OK(cudaMallocHost(&pinned, workspace.bytes()));
+  const std::unique_ptr<void, cudaError_t (*)(void*)> pinned_owner(pinned, cudaFreeHost);
+  for (void* staging : {static_cast<void*>(nullptr), pinned}) {
+    const std::string how = staging == nullptr ? "mixed launch" : "mixed launch, table in place";
+    for (auto& c : cases) c->PoisonOutputs();
+    workspace.Poison(0xA5);
+    const Status st =
+        LaunchForward(segments.data(), count, workspace.get(), workspace.bytes(), staging, nullptr);
+    CUDA_ASSERT_OK(cudaDeviceSynchronize());
+    ASSERT_TRUE(st.ok()) << st.message();
+    double worst = 0.0;
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      EXPECT_EQ(cases[i]->OutputBytes(), alone[i]) << how << ": " << Describe(cases[i]->spec());
+      worst = std::max(worst, cases[i]->Check(how));
+    }
+    std::printf("[ %-8s ] %s: %zu tensors, max err/tol %.3f\n", tag, how.c_str(), cases.size(),
+                worst);
+  }
 }
 
 }  // namespace normsvc::kernels::testing

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -63,5 +64,17 @@ class ForwardCase {
   DeviceBuffer x_dev_, residual_dev_, residual_out_dev_, gamma_dev_, beta_dev_, out_dev_;
   DeviceBuffer mean_dev_, rstd_dev_;
 };
+
+// Returns the output bytes of `c` after running it alone as one segment.
+std::vector<uint8_t> RunAlone(ForwardCase& c);
+
+// Launches `segments` (the segments of `cases`, and any others) as one
+// multi-segment launch twice: the segment table copied to a device
+// workspace, then read in place from pinned memory. After each, every case
+// must give the bits it gave alone (`alone[i]`, from RunAlone) and pass its
+// Check; prints the largest error / tolerance under `tag`.
+void CheckMixedLaunchBothWays(const std::vector<ForwardSegment>& segments,
+                              const std::vector<std::unique_ptr<ForwardCase>>& cases,
+                              const std::vector<std::vector<uint8_t>>& alone, const char* tag);
 
 }  // namespace normsvc::kernels::testing

@@ -130,14 +130,6 @@ TEST(ForwardSpecialRows, MatchReferenceIncludingNaNAndInf) {
   }
 }
 
-// Returns the output bytes of `c` after running it alone as one segment.
-std::vector<uint8_t> RunAlone(ForwardCase& c) {
-  c.PoisonOutputs();
-  EXPECT_TRUE(LaunchForwardSegment(c.Segment(), nullptr).ok());
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  return c.OutputBytes();
-}
-
 // A row's bits do not depend on what else is in the launch: each tensor
 // alone, then all of them in one mixed launch (several H and dtypes, aligned
 // and misaligned copies, whole tensors and one-row segments), bit for bit.
