@@ -67,6 +67,7 @@ class IntegrationTest : public ::testing::TestWithParam<Backend> {
     options.backend = GetParam();
     options.max_batch_rows = 64;             // larger requests run alone
     options.staging_buffer_bytes = 2 << 20;  // larger requests run in chunks (GPU)
+    options.max_hidden_size = 65536;         // one row of the largest H fits the 2 MiB
     options.max_queue_delay_us = 200;        // let batches form under load
     server_ = StartServer(options);
     ASSERT_NE(server_, nullptr);
@@ -442,7 +443,7 @@ TEST_P(IntegrationTest, ServerInfoReportsBackendLimitsAndBatching) {
   ASSERT_TRUE(stub_->GetServerInfo(context.get(), {}, &info).ok());
   EXPECT_EQ(info.backend(), GetParam() == Backend::kCuda ? "cuda" : "cpu");
   EXPECT_FALSE(info.version().empty());
-  EXPECT_EQ(info.limits().max_hidden_size(), 262144);
+  EXPECT_EQ(info.limits().max_hidden_size(), 65536);
   EXPECT_EQ(info.limits().max_queued_bytes(), int64_t{1} << 30);
   EXPECT_EQ(info.batching().max_batch_rows(), 64);
   EXPECT_EQ(info.batching().max_queue_delay_us(), 200);

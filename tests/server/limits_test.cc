@@ -8,10 +8,17 @@
 //
 // Also covered elsewhere: Normalize rows, H and bytes in the validation
 // table (validation_test.cc), the parameter limits' codes
-// (ParameterLimitsTest), and the flags' ranges (options_test.cc).
+// (ParameterLimitsTest), and the flags' ranges (options_test.cc). With the
+// CUDA backend, a staging buffer too small for one row stops the start.
+#include <memory>
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include "inference/grpc_service.grpc.pb.h"
+#include "server/gpu_backend.h"
+#include "server/server.h"
+#include "server/staging_layout.h"
 #include "test_support.h"
 
 namespace normsvc::server::testing {
@@ -235,6 +242,29 @@ TEST_F(LimitsTest, ParameterSetsAndTheirBytesAreBoundedAndFreedByDelete) {
   v1::DeleteParametersResponse deleted;
   ASSERT_TRUE(stub_->DeleteParameters(ContextWithDeadline().get(), del, &deleted).ok());
   EXPECT_TRUE(attempt("c", 150).ok());  // 400 + 600
+}
+
+// A staging buffer that could not hold one row of the largest request the
+// limits admit stops the start, naming both flags, instead of failing such
+// requests one by one later; one row's worth starts.
+TEST(StagingLimitTest, AStagingBufferSmallerThanOneRowStopsTheStart) {
+  if (VisibleGpuCount() == 0) {
+    GTEST_SKIP() << (GpuBackendCompiled() ? "no GPU visible" : "this build has no CUDA backend")
+                 << ": staging buffers belong to the CUDA backend";
+  }
+  ServerOptions options = TestServerOptions();
+  options.backend = Backend::kCuda;
+  options.max_hidden_size = 262144;
+  options.staging_buffer_bytes = LargestRowStagingBytes(262144) - 1;
+  Server refused(options);
+  const absl::Status status = refused.Start();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("--staging_buffer_bytes"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("--max_hidden_size 262144"), std::string::npos) << status;
+  options.staging_buffer_bytes = LargestRowStagingBytes(262144);
+  std::unique_ptr<Server> started = StartServer(options);
+  ASSERT_NE(started, nullptr);
+  EXPECT_TRUE(started->Stop());
 }
 
 }  // namespace
