@@ -198,7 +198,9 @@ std::vector<FlagSpec> Flags() {
       "bytes are queued, so that small batches wait for the running one and leave together "
       "as one launch (0: start one whenever a batch slot is free)"));
   flags.push_back(Int64Flag("staging_buffer_bytes", &ServerOptions::staging_buffer_bytes,
-                            "pinned host staging (and device buffer) per in-flight batch slot"));
+                            "pinned host staging (and device buffer) per in-flight batch slot; "
+                            "with the CUDA backend at least one row of the largest request "
+                            "--max_hidden_size admits (6 MiB at 262144), checked at start"));
   flags.push_back(Int64Flag("max_stream_in_flight", &ServerOptions::max_stream_in_flight,
                             "requests one NormalizeStream may have unanswered before it stops "
                             "reading (it also stops while its requests and unsent replies hold a "
