@@ -280,6 +280,18 @@ double ForwardCase::Check(const std::string& label) const {
   return max_ratio;
 }
 
+void AddAlignedAndMisalignedPair(ForwardSpec spec, std::mt19937_64& rng,
+                                 std::vector<std::unique_ptr<ForwardCase>>& cases) {
+  const std::mt19937_64 stream = rng;
+  for (int64_t offset : {0, 1}) {
+    spec.offset = offset;
+    std::mt19937_64 copy = stream;
+    cases.push_back(std::make_unique<ForwardCase>(spec, copy));
+    cases.back()->Upload();
+    rng = copy;
+  }
+}
+
 std::vector<uint8_t> RunAlone(ForwardCase& c) {
   c.PoisonOutputs();
   const Status st = LaunchForwardSegment(c.Segment(), nullptr);

@@ -65,6 +65,12 @@ class ForwardCase {
   DeviceBuffer mean_dev_, rstd_dev_;
 };
 
+// Appends two uploaded cases of `spec` drawn from the same random stream (the
+// same data): the first at spec's offset 0, the second at offset 1, off
+// 16-byte alignment, which takes the element-wise path.
+void AddAlignedAndMisalignedPair(ForwardSpec spec, std::mt19937_64& rng,
+                                 std::vector<std::unique_ptr<ForwardCase>>& cases);
+
 // Returns the output bytes of `c` after running it alone as one segment.
 std::vector<uint8_t> RunAlone(ForwardCase& c);
 

@@ -52,25 +52,16 @@ TEST(ForwardBatchInvariance, MixedDtypesMatchEachTensorAlone) {
     const int64_t hidden = hidden_sizes[hi];
     for (int di = 0; di < static_cast<int>(std::size(kDTypes)); ++di) {
       const DTypes& d = kDTypes[di];
-      // Two cases drawn from the same random stream: the same data, the
-      // second off 16-byte alignment (the element-wise path).
-      const std::mt19937_64 stream = rng;
-      for (int64_t offset : {0, 1}) {
-        ForwardSpec spec;
-        // Both ops for every dtype pairing, across the hidden sizes.
-        spec.op = (hi + di) % 2 ? NormOp::kRmsNorm : NormOp::kLayerNorm;
-        spec.x_dtype = d.x;
-        spec.out_dtype = d.out;
-        spec.param_dtype = d.param;
-        spec.rows = hidden >= 65536 ? 4 : 37;
-        spec.hidden = hidden;
-        spec.residual = spec.residual_out = spec.stats = true;
-        spec.offset = offset;
-        std::mt19937_64 copy = stream;
-        cases.push_back(std::make_unique<ForwardCase>(spec, copy));
-        cases.back()->Upload();
-        rng = copy;
-      }
+      ForwardSpec spec;
+      // Both ops for every dtype pairing, across the hidden sizes.
+      spec.op = (hi + di) % 2 ? NormOp::kRmsNorm : NormOp::kLayerNorm;
+      spec.x_dtype = d.x;
+      spec.out_dtype = d.out;
+      spec.param_dtype = d.param;
+      spec.rows = hidden >= 65536 ? 4 : 37;
+      spec.hidden = hidden;
+      spec.residual = spec.residual_out = spec.stats = true;
+      AddAlignedAndMisalignedPair(spec, rng, cases);
     }
   }
   std::vector<std::vector<uint8_t>> alone;

@@ -139,22 +139,13 @@ TEST(ForwardBatchInvariance, MixedLaunchMatchesEachTensorAlone) {
   std::vector<std::unique_ptr<ForwardCase>> cases;
   for (int64_t hidden : {5, 64, 768, 2049, 4096, 8192, 12289, 65536}) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
-      // Two cases drawn from the same random stream: the same data, the second
-      // one misaligned (off 16-byte alignment), which takes the element-wise path.
-      const std::mt19937_64 stream = rng;
-      for (int64_t offset : {0, 1}) {
-        ForwardSpec spec;
-        spec.op = hidden % 2 ? NormOp::kRmsNorm : NormOp::kLayerNorm;
-        spec.x_dtype = spec.out_dtype = spec.param_dtype = dtype;
-        spec.rows = hidden >= 65536 ? 4 : 37;
-        spec.hidden = hidden;
-        spec.residual = spec.residual_out = spec.stats = true;
-        spec.offset = offset;
-        std::mt19937_64 copy = stream;
-        cases.push_back(std::make_unique<ForwardCase>(spec, copy));
-        cases.back()->Upload();
-        rng = copy;
-      }
+      ForwardSpec spec;
+      spec.op = hidden % 2 ? NormOp::kRmsNorm : NormOp::kLayerNorm;
+      spec.x_dtype = spec.out_dtype = spec.param_dtype = dtype;
+      spec.rows = hidden >= 65536 ? 4 : 37;
+      spec.hidden = hidden;
+      spec.residual = spec.residual_out = spec.stats = true;
+      AddAlignedAndMisalignedPair(spec, rng, cases);
     }
   }
   std::vector<std::vector<uint8_t>> alone;
