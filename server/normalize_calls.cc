@@ -45,23 +45,34 @@ struct ForwardTraits {
   static absl::Status Send(Response& /*response*/) { return absl::OkStatus(); }
 };
 
-// NormalizeBackward: the request parsed from the received bytes, the
-// response serialized into the sent ones when the task is done.
+// NormalizeBackward: the request parsed by the call from the bytes gRPC
+// received and validated with its tensors still in gRPC's buffers, then
+// copied into the message once valid (the backward kernels read each tensor
+// in one piece; received_request.h); the response serialized into the sent
+// bytes when the task is done.
 struct BackwardTraits {
-  using Request = v1::NormalizeBackwardRequest;
+  using Request = ReceivedBackwardRequest;
   struct Response {
     grpc::ByteBuffer* sent;  // gRPC's, written once: by Send
     v1::NormalizeBackwardResponse message;
   };
   static constexpr Method kMethod = Method::kNormalizeBackward;
-  static const Request& Message(const Request& request) { return request; }
+  static const v1::NormalizeBackwardRequest& Message(const Request& request) {
+    return request.message;
+  }
   static void SetRequestId(Response& response, uint64_t id) { response.message.set_request_id(id); }
-  static auto Validate(const Request& request, const ServiceContext& service) {
-    return ValidateNormalizeBackward(request, service.limits, *service.store);
+  static absl::StatusOr<BackwardPlan> Validate(Request& request, const ServiceContext& service) {
+    if (absl::Status st = CheckNormalizeBackward(request.message, request.tensor_data(),
+                                                 service.limits, *service.store);
+        !st.ok()) {
+      return st;
+    }
+    request.CopyDataIntoMessage();
+    return ValidateNormalizeBackward(request.message, service.limits, *service.store);
   }
   static std::unique_ptr<Task> Build(const BackwardPlan& plan, const Request& request,
                                      Response& response, absl::Time deadline, TaskSink* sink) {
-    return BuildBackwardTask(plan, request, &response.message, deadline, sink);
+    return BuildBackwardTask(plan, request.message, &response.message, deadline, sink);
   }
   static absl::Status Send(Response& response) {
     return SerializeMessageBytes(response.message, response.sent)
@@ -196,11 +207,11 @@ grpc::ServerUnaryReactor* StartNormalizeBackward(ServiceContext& service,
                                                  grpc::CallbackServerContext* context,
                                                  const grpc::ByteBuffer* request,
                                                  grpc::ByteBuffer* response) {
-  auto parsed = std::make_unique<v1::NormalizeBackwardRequest>();
-  // The received bytes are gRPC's, held until the call ends; parsing
-  // consumes them.
+  auto parsed = std::make_unique<ReceivedBackwardRequest>();
+  // As for Normalize: the parsed request takes its own references to the
+  // received bytes and empties the buffer.
   const absl::Status received =
-      ParseMessageBytes(const_cast<grpc::ByteBuffer*>(request), parsed.get());
+      ParseReceivedBackwardRequest(const_cast<grpc::ByteBuffer*>(request), parsed.get());
   auto* call = new TensorCall<BackwardTraits>(service, context, std::move(parsed),
                                               BackwardTraits::Response{response, {}});
   call->Start(received);

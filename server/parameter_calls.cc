@@ -5,15 +5,28 @@
 #include <grpcpp/server_context.h>
 
 #include "server/raw_message.h"
+#include "server/received_request.h"
 #include "server/status_mapping.h"
 #include "server/tensor_codec.h"
 
 namespace normsvc::server {
 namespace {
 
+// How a control-plane call reads its request from the bytes gRPC received
+// (taking them over): RegisterParameters' tensors stay in gRPC's buffers
+// until the request is valid (received_request.h); the others are small
+// and protobuf parses them.
+template <typename Message>
+absl::Status ParseRequestBytes(grpc::ByteBuffer* bytes, Message* request) {
+  return ParseMessageBytes(bytes, request);
+}
+absl::Status ParseRequestBytes(grpc::ByteBuffer* bytes, ReceivedRegisterRequest* request) {
+  return ParseReceivedRegisterRequest(bytes, request);
+}
+
 // A control-plane call: enters the drain gate, replies once, deletes
-// itself in OnDone. It owns its request and response messages, parsed from
-// and serialized into the bytes gRPC received and sends.
+// itself in OnDone. It owns its request and response, parsed from and
+// serialized into the bytes gRPC received and sends.
 template <typename Request, typename Response>
 class ControlCall final : public grpc::ServerUnaryReactor {
  public:
@@ -22,10 +35,11 @@ class ControlCall final : public grpc::ServerUnaryReactor {
       : service_(service), method_(method), response_bytes_(response_bytes) {
     // The received bytes are gRPC's, held until the call ends; parsing
     // consumes them.
-    parsed_ = ParseMessageBytes(const_cast<grpc::ByteBuffer*>(request_bytes), &request_);
+    parsed_ = ParseRequestBytes(const_cast<grpc::ByteBuffer*>(request_bytes), &request_);
   }
 
   const Request& request() const { return request_; }
+  Request& mutable_request() { return request_; }
   Response* response() { return &response_; }
 
   // False (and already answered) while draining or when the request did
@@ -100,10 +114,19 @@ grpc::ServerUnaryReactor* StartRegisterParameters(ServiceContext& service,
                                                   grpc::CallbackServerContext* /*context*/,
                                                   const grpc::ByteBuffer* request,
                                                   grpc::ByteBuffer* response) {
-  auto* call = new ControlCall<v1::RegisterParametersRequest, v1::RegisterParametersResponse>(
+  auto* call = new ControlCall<ReceivedRegisterRequest, v1::RegisterParametersResponse>(
       service, Method::kRegisterParameters, request, response);
   if (!call->Enter()) return call;
-  absl::StatusOr<RegisterPlan> plan = ValidateRegisterParameters(call->request(), service.limits);
+  // Checked on the received pieces, copied into the message once valid.
+  ReceivedRegisterRequest& received = call->mutable_request();
+  if (absl::Status st =
+          CheckRegisterParameters(received.message, received.tensor_data(), service.limits);
+      !st.ok()) {
+    call->Reply(st);
+    return call;
+  }
+  received.CopyDataIntoMessage();
+  absl::StatusOr<RegisterPlan> plan = ValidateRegisterParameters(received.message, service.limits);
   if (!plan.ok()) {
     call->Reply(plan.status());
     return call;
@@ -111,7 +134,7 @@ grpc::ServerUnaryReactor* StartRegisterParameters(ServiceContext& service,
   call->RunOnControlThread([call, &service, plan = *plan] {
     absl::StatusOr<std::shared_ptr<const ParameterSet>> set =
         service.store->Register(std::string(plan.name), plan.hidden, plan.dtype, plan.gamma,
-                                plan.beta, call->request().replace());
+                                plan.beta, call->request().message.replace());
     if (set.ok()) FillInfo(**set, call->response()->mutable_info());
     call->Reply(set.status());
   });

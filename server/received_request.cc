@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+#include <optional>
 #include <string>
+#include <type_traits>
+
+#include "absl/strings/str_cat.h"
 
 namespace normsvc::server {
 namespace {
@@ -200,8 +205,14 @@ bool ParseTensor(Cursor& cursor, int64_t limit, int level, v1::Tensor* tensor,
   return cursor.position() == limit && MergeCopied(&copied, tensor);
 }
 
+// Where the data of parameters.inline.{gamma,beta} goes.
+struct InlineData {
+  ReceivedBytes* gamma;
+  ReceivedBytes* beta;
+};
+
 bool ParseInline(Cursor& cursor, int64_t limit, v1::Parameters::Inline* parameters,
-                 ReceivedNormalizeRequest* request) {
+                 const InlineData& data) {
   std::string copied;
   while (cursor.position() < limit) {
     uint32_t tag = 0;
@@ -213,9 +224,9 @@ bool ParseInline(Cursor& cursor, int64_t limit, v1::Parameters::Inline* paramete
       if (!ReadLength(cursor, limit, &length)) return false;
       const int64_t end = cursor.position() + length;
       const bool ok = gamma ? ParseTensor(cursor, end, kInlineTensorLevel,
-                                          parameters->mutable_gamma(), &request->gamma)
+                                          parameters->mutable_gamma(), data.gamma)
                             : ParseTensor(cursor, end, kInlineTensorLevel,
-                                          parameters->mutable_beta(), &request->beta);
+                                          parameters->mutable_beta(), data.beta);
       if (!ok) return false;
     } else if (!CopyField(cursor, limit, tag, &copied, kInlineLevel)) {
       return false;
@@ -225,15 +236,15 @@ bool ParseInline(Cursor& cursor, int64_t limit, v1::Parameters::Inline* paramete
 }
 
 bool ParseParameters(Cursor& cursor, int64_t limit, v1::Parameters* parameters,
-                     ReceivedNormalizeRequest* request) {
+                     const InlineData& data) {
   // `name` and `inline` are one oneof: the one met last wins, so what
   // protobuf parses is merged before each `inline`, in wire order.
   std::string copied;
   auto merge = [&] {
     const bool ok = MergeCopied(&copied, parameters);
     if (!parameters->has_inline_()) {  // a name replaced the inline tensors
-      request->gamma.Clear();
-      request->beta.Clear();
+      data.gamma->Clear();
+      data.beta->Clear();
     }
     return ok;
   };
@@ -243,8 +254,7 @@ bool ParseParameters(Cursor& cursor, int64_t limit, v1::Parameters* parameters,
     if (tag == MakeTag(v1::Parameters::kInlineFieldNumber, kLengthDelimited)) {
       int64_t length = 0;
       if (!merge() || !ReadLength(cursor, limit, &length)) return false;
-      if (!ParseInline(cursor, cursor.position() + length, parameters->mutable_inline_(),
-                       request)) {
+      if (!ParseInline(cursor, cursor.position() + length, parameters->mutable_inline_(), data)) {
         return false;
       }
     } else if (!CopyField(cursor, limit, tag, &copied, kParametersLevel)) {
@@ -254,65 +264,187 @@ bool ParseParameters(Cursor& cursor, int64_t limit, v1::Parameters* parameters,
   return cursor.position() == limit && merge();
 }
 
-bool ParseRequest(Cursor& cursor, ReceivedNormalizeRequest* request) {
-  v1::NormalizeRequest& message = request->message;
+// Whether Message has a `parameters` field.
+template <typename Message, typename = void>
+struct HasParameters : std::false_type {};
+template <typename Message>
+struct HasParameters<Message, std::void_t<decltype(Message::kParametersFieldNumber)>>
+    : std::true_type {};
+
+// A tensor field of the request whose data the parser keeps as pieces.
+template <typename Message>
+struct TensorField {
+  int number;
+  v1::Tensor* (Message::*mutable_tensor)();
+  ReceivedBytes* data;
+};
+
+// The request's `parameters` field, whose inline tensors' data the parser
+// keeps as pieces.
+template <typename Message>
+struct ParametersField {
+  v1::Parameters* (Message::*mutable_parameters)();
+  InlineData data;
+};
+
+// The request's fields: `tensors` and `parameters` (when set; field
+// Message::kParametersFieldNumber) parsed here, the rest by protobuf.
+template <typename Message>
+bool ParseRequest(Cursor& cursor, Message* message,
+                  std::initializer_list<TensorField<Message>> tensors,
+                  std::optional<ParametersField<Message>> parameters) {
   std::string copied;  // no field left to protobuf touches the tensors
   const int64_t limit = cursor.end();
   while (cursor.position() < limit) {
     uint32_t tag = 0;
     if (!ReadTag(cursor, limit, &tag)) return false;
     const int field = static_cast<int>(tag >> 3);
-    const bool message_field =
-        (tag & 7) == kLengthDelimited && (field == v1::NormalizeRequest::kInputFieldNumber ||
-                                          field == v1::NormalizeRequest::kResidualFieldNumber ||
-                                          field == v1::NormalizeRequest::kParametersFieldNumber);
-    if (!message_field) {
+    const TensorField<Message>* tensor = nullptr;
+    for (const TensorField<Message>& candidate : tensors) {
+      if (candidate.number == field) tensor = &candidate;
+    }
+    bool is_parameters = false;
+    if constexpr (HasParameters<Message>::value) {
+      is_parameters = parameters && field == Message::kParametersFieldNumber;
+    }
+    if ((tag & 7) != kLengthDelimited || (tensor == nullptr && !is_parameters)) {
       if (!CopyField(cursor, limit, tag, &copied, kRequestLevel)) return false;
       continue;
     }
     int64_t length = 0;
     if (!ReadLength(cursor, limit, &length)) return false;
     const int64_t end = cursor.position() + length;
-    bool ok = false;
-    if (field == v1::NormalizeRequest::kInputFieldNumber) {
-      ok = ParseTensor(cursor, end, kTensorLevel, message.mutable_input(), &request->input);
-    } else if (field == v1::NormalizeRequest::kResidualFieldNumber) {
-      ok = ParseTensor(cursor, end, kTensorLevel, message.mutable_residual(), &request->residual);
-    } else {
-      ok = ParseParameters(cursor, end, message.mutable_parameters(), request);
-    }
+    const bool ok =
+        tensor != nullptr
+            ? ParseTensor(cursor, end, kTensorLevel, (message->*(tensor->mutable_tensor))(),
+                          tensor->data)
+            : ParseParameters(cursor, end, (message->*(parameters->mutable_parameters))(),
+                              parameters->data);
     if (!ok) return false;
   }
-  return MergeCopied(&copied, &message);
+  return MergeCopied(&copied, message);
 }
 
-void Reset(ReceivedNormalizeRequest* request) {
-  request->message.Clear();
-  for (ReceivedBytes* bytes :
-       {&request->input, &request->residual, &request->gamma, &request->beta})
-    bytes->Clear();
-  request->buffers.clear();
+// Takes `bytes` over into `buffers` and parses them with `parse`; on failure
+// `reset` empties the request and the status names `type`.
+template <typename Parse, typename Reset>
+absl::Status ParseReceived(grpc::ByteBuffer* bytes, std::vector<grpc::Slice>* buffers,
+                           const char* type, Parse parse, Reset reset) {
+  reset();
+  if (!bytes->Valid()) return absl::OkStatus();  // no payload: the message of all defaults
+  // Dump takes references to the slices; nothing is copied.
+  bool parsed = bytes->Dump(buffers).ok();
+  bytes->Clear();
+  if (parsed) {
+    Cursor cursor(*buffers);
+    parsed = parse(cursor);
+  }
+  if (!parsed) {
+    reset();
+    return absl::InvalidArgumentError(
+        absl::StrCat("request: the message is not a valid normsvc.v1.", type));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::Status ParseReceivedNormalizeRequest(grpc::ByteBuffer* bytes,
                                            ReceivedNormalizeRequest* request) {
-  Reset(request);
-  if (!bytes->Valid()) return absl::OkStatus();  // no payload: the message of all defaults
-  // Dump takes references to the slices; nothing is copied.
-  bool parsed = bytes->Dump(&request->buffers).ok();
+  auto reset = [request] {
+    request->message.Clear();
+    for (ReceivedBytes* data :
+         {&request->input, &request->residual, &request->gamma, &request->beta}) {
+      data->Clear();
+    }
+    request->buffers.clear();
+  };
+  auto parse = [request](Cursor& cursor) {
+    using M = v1::NormalizeRequest;
+    return ParseRequest<M>(cursor, &request->message,
+                           {{M::kInputFieldNumber, &M::mutable_input, &request->input},
+                            {M::kResidualFieldNumber, &M::mutable_residual, &request->residual}},
+                           {{&M::mutable_parameters, {&request->gamma, &request->beta}}});
+  };
+  return ParseReceived(bytes, &request->buffers, "NormalizeRequest", parse, reset);
+}
+
+absl::Status ParseReceivedBackwardRequest(grpc::ByteBuffer* bytes,
+                                          ReceivedBackwardRequest* request) {
+  auto reset = [request] {
+    request->message.Clear();
+    for (ReceivedBytes* data : {&request->input, &request->grad_output, &request->mean,
+                                &request->rstd, &request->gamma, &request->beta}) {
+      data->Clear();
+    }
+    request->buffers.clear();
+  };
+  auto parse = [request](Cursor& cursor) {
+    using M = v1::NormalizeBackwardRequest;
+    return ParseRequest<M>(
+        cursor, &request->message,
+        {{M::kInputFieldNumber, &M::mutable_input, &request->input},
+         {M::kGradOutputFieldNumber, &M::mutable_grad_output, &request->grad_output},
+         {M::kMeanFieldNumber, &M::mutable_mean, &request->mean},
+         {M::kRstdFieldNumber, &M::mutable_rstd, &request->rstd}},
+        {{&M::mutable_parameters, {&request->gamma, &request->beta}}});
+  };
+  return ParseReceived(bytes, &request->buffers, "NormalizeBackwardRequest", parse, reset);
+}
+
+absl::Status ParseReceivedRegisterRequest(grpc::ByteBuffer* bytes,
+                                          ReceivedRegisterRequest* request) {
+  auto reset = [request] {
+    request->message.Clear();
+    request->gamma.Clear();
+    request->beta.Clear();
+    request->buffers.clear();
+  };
+  auto parse = [request](Cursor& cursor) {
+    using M = v1::RegisterParametersRequest;
+    return ParseRequest<M>(cursor, &request->message,
+                           {{M::kGammaFieldNumber, &M::mutable_gamma, &request->gamma},
+                            {M::kBetaFieldNumber, &M::mutable_beta, &request->beta}},
+                           std::nullopt);
+  };
+  return ParseReceived(bytes, &request->buffers, "RegisterParametersRequest", parse, reset);
+}
+
+namespace {
+
+// Copies the received bytes into `tensor`'s data field (null: the tensor is
+// absent, and so are its bytes) and drops the pieces.
+void CopyIntoData(ReceivedBytes* bytes, v1::Tensor* tensor) {
+  if (tensor != nullptr) {
+    std::string* data = tensor->mutable_data();
+    data->resize(static_cast<std::size_t>(bytes->size()));
+    if (bytes->size() > 0) bytes->CopyTo(0, bytes->size(), data->data());
+  }
   bytes->Clear();
-  if (parsed) {
-    Cursor cursor(request->buffers);
-    parsed = ParseRequest(cursor, request);
-  }
-  if (!parsed) {
-    Reset(request);
-    return absl::InvalidArgumentError(
-        "request: the message is not a valid normsvc.v1.NormalizeRequest");
-  }
-  return absl::OkStatus();
+}
+
+}  // namespace
+
+void ReceivedBackwardRequest::CopyDataIntoMessage() {
+  v1::NormalizeBackwardRequest& m = message;
+  CopyIntoData(&input, m.has_input() ? m.mutable_input() : nullptr);
+  CopyIntoData(&grad_output, m.has_grad_output() ? m.mutable_grad_output() : nullptr);
+  CopyIntoData(&mean, m.has_mean() ? m.mutable_mean() : nullptr);
+  CopyIntoData(&rstd, m.has_rstd() ? m.mutable_rstd() : nullptr);
+  v1::Parameters::Inline* parameters =
+      m.parameters().has_inline_() ? m.mutable_parameters()->mutable_inline_() : nullptr;
+  CopyIntoData(&gamma, parameters != nullptr && parameters->has_gamma()
+                           ? parameters->mutable_gamma()
+                           : nullptr);
+  CopyIntoData(&beta, parameters != nullptr && parameters->has_beta() ? parameters->mutable_beta()
+                                                                      : nullptr);
+  buffers.clear();
+}
+
+void ReceivedRegisterRequest::CopyDataIntoMessage() {
+  CopyIntoData(&gamma, message.has_gamma() ? message.mutable_gamma() : nullptr);
+  CopyIntoData(&beta, message.has_beta() ? message.mutable_beta() : nullptr);
+  buffers.clear();
 }
 
 }  // namespace normsvc::server

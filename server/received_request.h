@@ -1,5 +1,5 @@
-// A unary Normalize request parsed from the bytes gRPC received, without
-// copying its tensors. protobuf's parser would copy each tensor's data into
+// Unary Normalize and NormalizeBackward requests parsed from the bytes gRPC
+// received, without copying their tensors. protobuf's parser would copy each tensor's data into
 // a string of its own (a copy of every request byte and an allocation per
 // tensor, about a tenth of the server's CPU at 1x4096 with inline
 // parameters: server/README.md); here the data stays in gRPC's buffers,
@@ -44,5 +44,55 @@ struct ReceivedNormalizeRequest {
 // malformed bytes, and on messages and groups nested more than 100 deep.
 absl::Status ParseReceivedNormalizeRequest(grpc::ByteBuffer* bytes,
                                            ReceivedNormalizeRequest* request);
+
+// A NormalizeBackward request parsed the same way, so that it is validated
+// before its tensors are copied anywhere: the backward kernels read x, dy,
+// the statistics and gamma in one piece each, so once the request is valid
+// CopyDataIntoMessage puts the data into the message (the one copy
+// protobuf's parser would have made, now after validation) and lets gRPC's
+// buffers go.
+struct ReceivedBackwardRequest {
+  ReceivedBackwardRequest() = default;
+  ReceivedBackwardRequest(const ReceivedBackwardRequest&) = delete;  // as above
+  ReceivedBackwardRequest& operator=(const ReceivedBackwardRequest&) = delete;
+
+  // Copies each present tensor's received data into its data field and
+  // releases the pieces and `buffers`.
+  void CopyDataIntoMessage();
+
+  // Every field but the data of input, grad_output, mean, rstd and
+  // parameters.inline.{gamma,beta} (beta is parsed, and ignored, as
+  // protobuf's parser keeps it).
+  v1::NormalizeBackwardRequest message;
+  ReceivedBytes input, grad_output, mean, rstd, gamma, beta;
+  std::vector<grpc::Slice> buffers;
+
+  ReceivedBackwardData tensor_data() const { return {&input, &grad_output, &mean, &rstd, &gamma}; }
+};
+
+// As ParseReceivedNormalizeRequest, for a NormalizeBackwardRequest.
+absl::Status ParseReceivedBackwardRequest(grpc::ByteBuffer* bytes,
+                                          ReceivedBackwardRequest* request);
+
+// A RegisterParametersRequest parsed the same way, for the same reason:
+// validated before gamma and beta are copied (the store copies them again
+// into the set).
+struct ReceivedRegisterRequest {
+  ReceivedRegisterRequest() = default;
+  ReceivedRegisterRequest(const ReceivedRegisterRequest&) = delete;  // as above
+  ReceivedRegisterRequest& operator=(const ReceivedRegisterRequest&) = delete;
+
+  void CopyDataIntoMessage();  // as ReceivedBackwardRequest's
+
+  v1::RegisterParametersRequest message;  // gamma's and beta's data: below
+  ReceivedBytes gamma, beta;
+  std::vector<grpc::Slice> buffers;
+
+  ReceivedRegisterData tensor_data() const { return {&gamma, &beta}; }
+};
+
+// As ParseReceivedNormalizeRequest, for a RegisterParametersRequest.
+absl::Status ParseReceivedRegisterRequest(grpc::ByteBuffer* bytes,
+                                          ReceivedRegisterRequest* request);
 
 }  // namespace normsvc::server

@@ -136,7 +136,8 @@ absl::Status CheckLikeInput(const v1::Tensor& tensor, absl::string_view field,
 
 // Saved statistics for backward: FP32, shape = input.shape without its last dimension.
 absl::StatusOr<const float*> CheckStatistic(const v1::Tensor& tensor, absl::string_view field,
-                                            const v1::Tensor& input, const TensorView& view) {
+                                            const v1::Tensor& input, const TensorView& view,
+                                            const ReceivedBytes* received = nullptr) {
   if (tensor.dtype() != v1::FP32) return Invalid(absl::StrCat(field, ".dtype"), "must be FP32");
   const int rank = input.shape().size() - 1;
   if (tensor.shape().size() != rank ||
@@ -145,12 +146,13 @@ absl::StatusOr<const float*> CheckStatistic(const v1::Tensor& tensor, absl::stri
                    absl::StrCat("must be input.shape without its last dimension, ",
                                 ShapeString(input.shape(), rank)));
   }
-  if (absl::Status st = CheckDataLength(DataOf(tensor, nullptr), field, view.rows * 4,
-                                        tensor.shape(), rank, kernels::DType::kF32);
+  const Data data = DataOf(tensor, received);
+  if (absl::Status st =
+          CheckDataLength(data, field, view.rows * 4, tensor.shape(), rank, kernels::DType::kF32);
       !st.ok()) {
     return st;
   }
-  return reinterpret_cast<const float*>(TensorData(tensor));
+  return static_cast<const float*>(data.first);
 }
 
 absl::StatusOr<float> CheckEpsilon(float epsilon) {
@@ -356,24 +358,34 @@ int64_t ForwardReplyDataBytes(const ForwardPlan& plan) {
   return bytes;
 }
 
-absl::StatusOr<BackwardPlan> ValidateNormalizeBackward(const v1::NormalizeBackwardRequest& request,
-                                                       const RequestLimits& limits,
-                                                       const ParameterStore& store) {
+namespace {
+
+// `received`: where the tensors' data was received beside the message, else
+// null (and then the plan's pointers are the data's only where it is null).
+absl::StatusOr<BackwardPlan> ValidateBackward(const v1::NormalizeBackwardRequest& request,
+                                              const ReceivedBackwardData* received,
+                                              const RequestLimits& limits,
+                                              const ParameterStore& store) {
+  auto received_of = [received](const ReceivedBytes* ReceivedBackwardData::*which) {
+    return received != nullptr ? received->*which : nullptr;
+  };
   BackwardPlan plan;
   absl::StatusOr<kernels::NormOp> op = CheckOp(request.op());
   if (!op.ok()) return op.status();
   plan.op = *op;
   if (!request.has_input()) return Invalid("input", "required");
-  absl::StatusOr<TensorView> input = CheckActivation(request.input(), "input", limits);
+  absl::StatusOr<TensorView> input =
+      CheckActivation(request.input(), "input", limits, received_of(&ReceivedBackwardData::input));
   if (!input.ok()) return input.status();
   plan.input = *input;
   if (!request.has_grad_output()) return Invalid("grad_output", "required");
-  if (absl::Status st =
-          CheckLikeInput(request.grad_output(), "grad_output", request.input(), plan.input);
+  const ReceivedBytes* grad_output_received = received_of(&ReceivedBackwardData::grad_output);
+  if (absl::Status st = CheckLikeInput(request.grad_output(), "grad_output", request.input(),
+                                       plan.input, grad_output_received);
       !st.ok()) {
     return st;
   }
-  plan.grad_output = TensorData(request.grad_output());
+  plan.grad_output = DataOf(request.grad_output(), grad_output_received).first;
   absl::StatusOr<float> epsilon = CheckEpsilon(request.epsilon());
   if (!epsilon.ok()) return epsilon.status();
   plan.epsilon = *epsilon;
@@ -385,25 +397,46 @@ absl::StatusOr<BackwardPlan> ValidateNormalizeBackward(const v1::NormalizeBackwa
   }
   if (request.has_mean()) {
     absl::StatusOr<const float*> mean =
-        CheckStatistic(request.mean(), "mean", request.input(), plan.input);
+        CheckStatistic(request.mean(), "mean", request.input(), plan.input,
+                       received_of(&ReceivedBackwardData::mean));
     if (!mean.ok()) return mean.status();
     plan.mean = *mean;
   }
   if (request.has_rstd()) {
     absl::StatusOr<const float*> rstd =
-        CheckStatistic(request.rstd(), "rstd", request.input(), plan.input);
+        CheckStatistic(request.rstd(), "rstd", request.input(), plan.input,
+                       received_of(&ReceivedBackwardData::rstd));
     if (!rstd.ok()) return rstd.status();
     plan.rstd = *rstd;
   }
   absl::StatusOr<ParameterViews> params =
-      CheckParameters(request.parameters(), plan.op, plan.input, /*uses_beta=*/false, store);
+      CheckParameters(request.parameters(), plan.op, plan.input, /*uses_beta=*/false, store,
+                      received_of(&ReceivedBackwardData::gamma));
   if (!params.ok()) return params.status();
   plan.parameters = *std::move(params);
   return plan;
 }
 
-absl::StatusOr<RegisterPlan> ValidateRegisterParameters(
-    const v1::RegisterParametersRequest& request, const RequestLimits& limits) {
+}  // namespace
+
+absl::StatusOr<BackwardPlan> ValidateNormalizeBackward(const v1::NormalizeBackwardRequest& request,
+                                                       const RequestLimits& limits,
+                                                       const ParameterStore& store) {
+  return ValidateBackward(request, nullptr, limits, store);
+}
+
+absl::Status CheckNormalizeBackward(const v1::NormalizeBackwardRequest& request,
+                                    const ReceivedBackwardData& received,
+                                    const RequestLimits& limits, const ParameterStore& store) {
+  return ValidateBackward(request, &received, limits, store).status();
+}
+
+namespace {
+
+// `received`: as for ValidateBackward.
+absl::StatusOr<RegisterPlan> ValidateRegister(const v1::RegisterParametersRequest& request,
+                                              const ReceivedRegisterData* received,
+                                              const RequestLimits& limits) {
   RegisterPlan plan;
   if (absl::Status st = ValidateParameterSetName(request.name(), "name"); !st.ok()) return st;
   plan.name = request.name();
@@ -411,9 +444,11 @@ absl::StatusOr<RegisterPlan> ValidateRegisterParameters(
     return Invalid("gamma, beta", "a parameter set needs at least one of them");
   }
   const v1::Tensor* first = nullptr;
-  for (const auto& [tensor, field, present] :
-       {std::tuple{&request.gamma(), "gamma", request.has_gamma()},
-        std::tuple{&request.beta(), "beta", request.has_beta()}}) {
+  for (const auto& [tensor, field, present, tensor_received] :
+       {std::tuple{&request.gamma(), "gamma", request.has_gamma(),
+                   received != nullptr ? received->gamma : nullptr},
+        std::tuple{&request.beta(), "beta", request.has_beta(),
+                   received != nullptr ? received->beta : nullptr}}) {
     if (!present) continue;
     absl::StatusOr<kernels::DType> dtype = CheckDType(*tensor, field);
     if (!dtype.ok()) return dtype.status();
@@ -431,7 +466,7 @@ absl::StatusOr<RegisterPlan> ValidateRegisterParameters(
       }
       if (hidden != plan.hidden) return Invalid(shape_field, "must equal gamma.shape");
     }
-    if (absl::Status st = CheckDataLength(DataOf(*tensor, nullptr), field,
+    if (absl::Status st = CheckDataLength(DataOf(*tensor, tensor_received), field,
                                           hidden * static_cast<int64_t>(kernels::DTypeSize(*dtype)),
                                           tensor->shape(), 1, *dtype);
         !st.ok()) {
@@ -444,6 +479,19 @@ absl::StatusOr<RegisterPlan> ValidateRegisterParameters(
     if (first == nullptr) first = tensor;
   }
   return plan;
+}
+
+}  // namespace
+
+absl::StatusOr<RegisterPlan> ValidateRegisterParameters(
+    const v1::RegisterParametersRequest& request, const RequestLimits& limits) {
+  return ValidateRegister(request, nullptr, limits);
+}
+
+absl::Status CheckRegisterParameters(const v1::RegisterParametersRequest& request,
+                                     const ReceivedRegisterData& received,
+                                     const RequestLimits& limits) {
+  return ValidateRegister(request, &received, limits).status();
 }
 
 }  // namespace normsvc::server

@@ -51,6 +51,21 @@ struct ReceivedTensorData {
   const ReceivedBytes* beta;   // parameters.inline.beta
 };
 
+// The same for a NormalizeBackwardRequest (received_request.h).
+struct ReceivedBackwardData {
+  const ReceivedBytes* input;
+  const ReceivedBytes* grad_output;
+  const ReceivedBytes* mean;
+  const ReceivedBytes* rstd;
+  const ReceivedBytes* gamma;  // parameters.inline.gamma
+};
+
+// The same for a RegisterParametersRequest.
+struct ReceivedRegisterData {
+  const ReceivedBytes* gamma;
+  const ReceivedBytes* beta;
+};
+
 // gamma/beta of a request: a registered set or inline views (or neither).
 struct ParameterViews {
   std::shared_ptr<const ParameterSet> set;
@@ -112,8 +127,20 @@ absl::StatusOr<ForwardPlan> ValidateNormalize(const v1::NormalizeRequest& reques
 absl::StatusOr<BackwardPlan> ValidateNormalizeBackward(const v1::NormalizeBackwardRequest& request,
                                                        const RequestLimits& limits,
                                                        const ParameterStore& store);
+// Checks what ValidateNormalizeBackward checks, in the same order and with
+// the same status, on a request whose tensors' data was received beside it
+// (only the data's sizes are read): a valid request gets OK, and its data
+// may then be put into the message for ValidateNormalizeBackward.
+absl::Status CheckNormalizeBackward(const v1::NormalizeBackwardRequest& request,
+                                    const ReceivedBackwardData& received,
+                                    const RequestLimits& limits, const ParameterStore& store);
 absl::StatusOr<RegisterPlan> ValidateRegisterParameters(
     const v1::RegisterParametersRequest& request, const RequestLimits& limits);
+// Checks what ValidateRegisterParameters checks, as CheckNormalizeBackward
+// does for ValidateNormalizeBackward.
+absl::Status CheckRegisterParameters(const v1::RegisterParametersRequest& request,
+                                     const ReceivedRegisterData& received,
+                                     const RequestLimits& limits);
 // `field` names the field in messages ("name").
 absl::Status ValidateParameterSetName(absl::string_view name, absl::string_view field);
 

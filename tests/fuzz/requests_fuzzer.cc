@@ -91,21 +91,26 @@ void RequireSameData(const normsvc::server::ReceivedBytes& received, const std::
   Require(flat == expected, "received tensor data differs from protobuf's");
 }
 
-// The unary call's parser on the same bytes, against protobuf's parse
-// (`request`, or none) and the validation of it (`plan`).
-void CompareReceivedParse(const uint8_t* data, size_t size, const v1::NormalizeRequest* request,
-                          const Fixture& f, const RequestLimits& limits,
-                          const absl::StatusOr<ForwardPlan>* plan) {
+// The bytes as gRPC might deliver them: slices of growing, input-chosen sizes.
+grpc::ByteBuffer InputSliced(const uint8_t* data, size_t size) {
   std::vector<grpc::Slice> slices;
   size_t at = 0;
-  size_t step = 1;  // slices of growing, input-chosen sizes
+  size_t step = 1;
   while (at < size) {
     const size_t n = std::min(step, size - at);
     slices.emplace_back(data + at, n);
     step = step * 3 + (data[at] & 7);
     at += n;
   }
-  grpc::ByteBuffer buffer(slices.data(), slices.size());
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+// The unary call's parser on the same bytes, against protobuf's parse
+// (`request`, or none) and the validation of it (`plan`).
+void CompareReceivedParse(const uint8_t* data, size_t size, const v1::NormalizeRequest* request,
+                          const Fixture& f, const RequestLimits& limits,
+                          const absl::StatusOr<ForwardPlan>* plan) {
+  grpc::ByteBuffer buffer = InputSliced(data, size);
   normsvc::server::ReceivedNormalizeRequest received;
   const bool parsed = normsvc::server::ParseReceivedNormalizeRequest(&buffer, &received).ok();
   Require(parsed == (request != nullptr), "received parse and protobuf disagree on the bytes");
@@ -190,8 +195,22 @@ void FuzzNormalize(const uint8_t* data, size_t size, const Fixture& f,
 void FuzzNormalizeBackward(const uint8_t* data, size_t size, const Fixture& f,
                            const RequestLimits& limits) {
   v1::NormalizeBackwardRequest request;
-  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  const bool parsed = request.ParseFromArray(data, static_cast<int>(size));
+  // The backward call's parser on the same bytes: the same verdict, the same
+  // validation status on the received pieces, and once the data is copied
+  // into the message, the same message.
+  grpc::ByteBuffer buffer = InputSliced(data, size);
+  normsvc::server::ReceivedBackwardRequest received;
+  Require(normsvc::server::ParseReceivedBackwardRequest(&buffer, &received).ok() == parsed,
+          "received backward parse and protobuf disagree on the bytes");
+  if (!parsed) return;
   absl::StatusOr<BackwardPlan> plan = ValidateNormalizeBackward(request, limits, *f.store);
+  Require(normsvc::server::CheckNormalizeBackward(received.message, received.tensor_data(), limits,
+                                                  *f.store) == plan.status(),
+          "validation differs for the received backward parse");
+  received.CopyDataIntoMessage();
+  Require(received.message.SerializeAsString() == request.SerializeAsString(),
+          "received backward parse and protobuf disagree on a field");
   if (!plan.ok()) {
     Report(plan.status());
     return;

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include <google/protobuf/unknown_field_set.h>
 #include <gtest/gtest.h>
 
+#include "received_request_testing.h"
 #include "server/cpu_executor.h"
 #include "server/parameter_store.h"
 #include "server/task_builder.h"
@@ -22,47 +22,6 @@
 
 namespace normsvc::server::testing {
 namespace {
-
-std::string RandomBytes(std::mt19937_64& rng, std::size_t n) {
-  std::string bytes(n, '\0');
-  for (char& c : bytes) c = static_cast<char>(rng());
-  return bytes;
-}
-
-// Unknown fields of every wire type, a group among them, on `message`.
-void AddUnknownFields(std::mt19937_64& rng, google::protobuf::Message* message) {
-  google::protobuf::UnknownFieldSet* unknown =
-      message->GetReflection()->MutableUnknownFields(message);
-  const int count = static_cast<int>(rng() % 4);
-  for (int i = 0; i < count; ++i) {
-    const int field = 100 + static_cast<int>(rng() % 1000);
-    switch (rng() % 5) {
-      case 0:
-        unknown->AddVarint(field, rng());
-        break;
-      case 1:
-        unknown->AddFixed32(field, static_cast<uint32_t>(rng()));
-        break;
-      case 2:
-        unknown->AddFixed64(field, rng());
-        break;
-      case 3:
-        unknown->AddLengthDelimited(field, RandomBytes(rng, rng() % 40));
-        break;
-      default:
-        unknown->AddGroup(field)->AddVarint(field + 1, rng());
-        break;
-    }
-  }
-}
-
-void RandomTensorField(std::mt19937_64& rng, v1::Tensor* tensor, std::size_t max_bytes) {
-  if (rng() % 4 != 0) tensor->set_dtype(static_cast<v1::DType>(rng() % 5));
-  const int rank = static_cast<int>(rng() % 4);
-  for (int i = 0; i < rank; ++i) tensor->add_shape(static_cast<int64_t>(rng() % 5000) - 10);
-  if (rng() % 8 != 0) tensor->set_data(RandomBytes(rng, rng() % max_bytes));
-  if (rng() % 3 == 0) AddUnknownFields(rng, tensor);
-}
 
 // A request with every field present or absent at random (not necessarily
 // one validation accepts: the parser must agree with protobuf on any).
@@ -72,19 +31,7 @@ v1::NormalizeRequest RandomRequest(std::mt19937_64& rng) {
   if (rng() % 4) request.set_op(static_cast<v1::NormOp>(rng() % 4));
   if (rng() % 8) RandomTensorField(rng, request.mutable_input(), 70000);
   if (rng() % 2) request.set_epsilon(static_cast<float>(rng() % 1000) * 1e-6f);
-  switch (rng() % 4) {
-    case 0:
-      break;
-    case 1:
-      request.mutable_parameters()->set_name("set-" + std::to_string(rng() % 100));
-      break;
-    default: {
-      v1::Parameters::Inline* parameters = request.mutable_parameters()->mutable_inline_();
-      if (rng() % 4) RandomTensorField(rng, parameters->mutable_gamma(), 20000);
-      if (rng() % 2) RandomTensorField(rng, parameters->mutable_beta(), 20000);
-      if (rng() % 4 == 0) AddUnknownFields(rng, parameters);
-    }
-  }
+  RandomParameters(rng, &request, /*beta_one_in=*/2);
   if (rng() % 4 == 0 && request.has_parameters())
     AddUnknownFields(rng, request.mutable_parameters());
   if (rng() % 3 == 0) RandomTensorField(rng, request.mutable_residual(), 70000);
@@ -93,27 +40,6 @@ v1::NormalizeRequest RandomRequest(std::mt19937_64& rng) {
   if (rng() % 3 == 0) request.set_output_dtype(static_cast<v1::DType>(rng() % 4));
   if (rng() % 3 == 0) AddUnknownFields(rng, &request);
   return request;
-}
-
-// `bytes` as gRPC may deliver them: cut at random points into separately
-// allocated slices (some of a single byte, some empty).
-grpc::ByteBuffer RandomlySliced(std::mt19937_64& rng, const std::string& bytes) {
-  std::vector<std::size_t> cuts = {0, bytes.size()};
-  const int extra = static_cast<int>(rng() % 8);
-  for (int i = 0; i < extra; ++i) cuts.push_back(bytes.empty() ? 0 : rng() % (bytes.size() + 1));
-  if (bytes.size() > 2 && rng() % 2) cuts.push_back(1);  // a one-byte slice
-  std::sort(cuts.begin(), cuts.end());
-  std::vector<grpc::Slice> slices;
-  for (std::size_t i = 0; i + 1 < cuts.size(); ++i) {
-    slices.emplace_back(bytes.data() + cuts[i], cuts[i + 1] - cuts[i]);  // a copy of its own
-  }
-  return grpc::ByteBuffer(slices.data(), slices.size());
-}
-
-std::string Flatten(const ReceivedBytes& bytes) {
-  std::string flat(static_cast<std::size_t>(bytes.size()), '\0');
-  bytes.CopyTo(0, bytes.size(), flat.data());
-  return flat;
 }
 
 // The parsed request with the received data put back into the message.
