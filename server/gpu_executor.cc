@@ -203,7 +203,17 @@ absl::Status GpuExecutor::EnsureBackwardWorkspace(Slot& slot, std::size_t bytes)
   if (slot.backward_workspace != nullptr) cudaFree(slot.backward_workspace);
   slot.backward_workspace = nullptr;
   slot.backward_workspace_bytes = 0;
-  NORMSVC_CUDA_TRY(cudaMalloc(&slot.backward_workspace, bytes));
+  const cudaError_t allocated = cudaMalloc(&slot.backward_workspace, bytes);
+  if (allocated == cudaErrorMemoryAllocation) {
+    // Not sticky: clear it, and let the client retry (other slots and
+    // executors may have room, or this one later).
+    cudaGetLastError();
+    slot.backward_workspace = nullptr;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        device_.label, ": device memory full: the backward's workspace of ", bytes,
+        " bytes (its dgamma/dbeta partials) could not be allocated; retry later"));
+  }
+  NORMSVC_CUDA_TRY(allocated);
   slot.backward_workspace_bytes = bytes;
   return absl::OkStatus();
 }
