@@ -209,9 +209,9 @@ absl::Status GpuExecutor::EnsureBackwardWorkspace(Slot& slot, std::size_t bytes)
     // executors may have room, or this one later).
     cudaGetLastError();
     slot.backward_workspace = nullptr;
-    return absl::ResourceExhaustedError(absl::StrCat(
-        device_.label, ": device memory full: the backward's workspace of ", bytes,
-        " bytes (its dgamma/dbeta partials) could not be allocated; retry later"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(device_.label, ": device memory full: the backward's workspace of ", bytes,
+                     " bytes (its dgamma/dbeta partials) could not be allocated; retry later"));
   }
   NORMSVC_CUDA_TRY(allocated);
   slot.backward_workspace_bytes = bytes;

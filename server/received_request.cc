@@ -417,8 +417,9 @@ namespace {
 void CopyIntoData(ReceivedBytes* bytes, v1::Tensor* tensor) {
   if (tensor != nullptr) {
     std::string* data = tensor->mutable_data();
-    data->resize(static_cast<std::size_t>(bytes->size()));
-    if (bytes->size() > 0) bytes->CopyTo(0, bytes->size(), data->data());
+    data->clear();
+    data->reserve(static_cast<std::size_t>(bytes->size()));  // appended without a fill first
+    for (const ReceivedBytes::Piece& piece : bytes->pieces()) data->append(piece.data, piece.size);
   }
   bytes->Clear();
 }

@@ -1,6 +1,6 @@
-// Unary Normalize and NormalizeBackward requests parsed from the bytes gRPC
-// received, without copying their tensors. protobuf's parser would copy each tensor's data into
-// a string of its own (a copy of every request byte and an allocation per
+// Unary Normalize, NormalizeBackward and RegisterParameters requests parsed
+// from the bytes gRPC received, without copying their tensors. protobuf's parser would copy each
+// tensor's data into a string of its own (a copy of every request byte and an allocation per
 // tensor, about a tenth of the server's CPU at 1x4096 with inline
 // parameters: server/README.md); here the data stays in gRPC's buffers,
 // which the request holds, and executors copy it from there once, into

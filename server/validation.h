@@ -130,7 +130,9 @@ absl::StatusOr<BackwardPlan> ValidateNormalizeBackward(const v1::NormalizeBackwa
 // Checks what ValidateNormalizeBackward checks, in the same order and with
 // the same status, on a request whose tensors' data was received beside it
 // (only the data's sizes are read): a valid request gets OK, and its data
-// may then be put into the message for ValidateNormalizeBackward.
+// may then be put into the message for ValidateNormalizeBackward, whose
+// answer stands (it differs only where a named parameter set was replaced
+// or deleted in between).
 absl::Status CheckNormalizeBackward(const v1::NormalizeBackwardRequest& request,
                                     const ReceivedBackwardData& received,
                                     const RequestLimits& limits, const ParameterStore& store);

@@ -8,10 +8,11 @@
 // target checks the validation contract: whatever passes is a plan whose
 // views lie inside the request and whose sizes agree with shape and dtype
 // (every byte of every view is read, so ASan sees a view that overruns).
-// NormalizeRequest bytes also go through the unary call's own parser
+// The bytes of every message also go through its call's own parser
 // (received_request.h), cut into slices at points the bytes choose: it must
-// accept exactly what protobuf accepts, give the same fields, and validation
-// must answer the same for both.
+// accept exactly what protobuf accepts, give the same fields (for backward
+// and register requests once their data is copied into the message), and
+// validation must answer the same for both.
 //
 // Seed corpus: NORMSVC_FUZZ_WRITE_SEEDS=<dir> ./fuzz_requests writes valid
 // requests of every kind into <dir> and exits.
@@ -226,8 +227,19 @@ void FuzzNormalizeBackward(const uint8_t* data, size_t size, const Fixture& f,
 
 void FuzzRegister(const uint8_t* data, size_t size, const Fixture& f, const RequestLimits& limits) {
   v1::RegisterParametersRequest request;
-  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  const bool parsed = request.ParseFromArray(data, static_cast<int>(size));
+  grpc::ByteBuffer buffer = InputSliced(data, size);  // as for the backward
+  normsvc::server::ReceivedRegisterRequest received;
+  Require(normsvc::server::ParseReceivedRegisterRequest(&buffer, &received).ok() == parsed,
+          "received register parse and protobuf disagree on the bytes");
+  if (!parsed) return;
   absl::StatusOr<RegisterPlan> plan = ValidateRegisterParameters(request, limits);
+  Require(normsvc::server::CheckRegisterParameters(received.message, received.tensor_data(),
+                                                   limits) == plan.status(),
+          "validation differs for the received register parse");
+  received.CopyDataIntoMessage();
+  Require(received.message.SerializeAsString() == request.SerializeAsString(),
+          "received register parse and protobuf disagree on a field");
   if (!plan.ok()) {
     Report(plan.status());
     return;

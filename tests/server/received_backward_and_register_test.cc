@@ -232,7 +232,11 @@ TEST(ReceivedBackwardRequestTest, CheckAgreesWithValidationOfTheParsedMessage) {
   int valid = 0, invalid = 0;
   for (int i = 0; i < 600; ++i) {
     const v1::NormalizeBackwardRequest request = NearlyValidBackwardRequest(rng);
-    const std::string bytes = request.SerializeAsString();
+    std::string bytes = request.SerializeAsString();
+    // Now and then a second request merged into the first: repeated
+    // tensors, shapes appended, name and inline parameters replacing each
+    // other.
+    if (i % 5 == 0) bytes += NearlyValidBackwardRequest(rng).SerializeAsString();
     v1::NormalizeBackwardRequest parsed;
     ASSERT_TRUE(parsed.ParseFromString(bytes));
     const absl::StatusOr<BackwardPlan> expected = ValidateNormalizeBackward(parsed, limits, store);
@@ -359,7 +363,8 @@ TEST(ReceivedRegisterRequestTest, CheckAgreesWithValidationOfTheParsedMessage) {
   int valid = 0, invalid = 0;
   for (int i = 0; i < 400; ++i) {
     const v1::RegisterParametersRequest request = NearlyValidRegisterRequest(rng);
-    const std::string bytes = request.SerializeAsString();
+    std::string bytes = request.SerializeAsString();
+    if (i % 5 == 0) bytes += NearlyValidRegisterRequest(rng).SerializeAsString();  // merged
     v1::RegisterParametersRequest parsed;
     ASSERT_TRUE(parsed.ParseFromString(bytes));
     const absl::StatusOr<RegisterPlan> expected = ValidateRegisterParameters(parsed, limits);
@@ -385,6 +390,62 @@ TEST(ReceivedRegisterRequestTest, CheckAgreesWithValidationOfTheParsedMessage) {
   }
   EXPECT_GT(valid, 60);
   EXPECT_GT(invalid, 100);
+}
+
+// protobuf lets messages and groups nest 100 levels below the request; both
+// parsers refuse exactly where protobuf does, at every level they parse
+// themselves: the request (0), a tensor (1) and, for the backward,
+// parameters.inline.gamma (3).
+TEST(ReceivedBackwardRequestTest, AgreesWithProtobufOnDeeplyNestedGroups) {
+  std::mt19937_64 rng(TestSeed() + 85);
+  for (int groups = 95; groups <= 101; ++groups) {
+    const std::string nested = NestedGroups(groups);
+    for (const std::string& bytes :
+         {nested, LengthDelimited(4, nested), LengthDelimited(8, nested),
+          LengthDelimited(6, LengthDelimited(2, LengthDelimited(1, nested)))}) {
+      ExpectSameAsProtobuf<ReceivedBackwardRequest>(rng, bytes);
+    }
+    for (const std::string& bytes :
+         {nested, LengthDelimited(2, nested), LengthDelimited(3, nested)}) {
+      ExpectSameAsProtobuf<ReceivedRegisterRequest>(rng, bytes);
+    }
+  }
+}
+
+// No bytes are the request of all defaults; a tensor with no data is
+// present all the same, and stays so through the copy.
+TEST(ReceivedBackwardRequestTest, NoBytesAndEmptyTensors) {
+  std::mt19937_64 rng(TestSeed() + 86);
+  ReceivedBackwardRequest backward;
+  backward.message.set_request_id(5);
+  grpc::ByteBuffer nothing;
+  ASSERT_TRUE(ParseReceivedBackwardRequest(&nothing, &backward).ok());
+  EXPECT_EQ(backward.message.request_id(), 0u);
+  ReceivedRegisterRequest registration;
+  registration.message.set_name("x");
+  ASSERT_TRUE(ParseReceivedRegisterRequest(&nothing, &registration).ok());
+  EXPECT_TRUE(registration.message.name().empty());
+
+  v1::NormalizeBackwardRequest request;
+  request.set_op(v1::LAYER_NORM);
+  *request.mutable_input() = MakeTensor(rng, v1::FP32, {0, 64}, 0);
+  *request.mutable_grad_output() = MakeTensor(rng, v1::FP32, {0, 64}, 0);
+  *request.mutable_mean() = MakeTensor(rng, v1::FP32, {0}, 0);
+  *request.mutable_rstd() = MakeTensor(rng, v1::FP32, {0}, 0);
+  grpc::ByteBuffer buffer = RandomlySliced(rng, request.SerializeAsString());
+  ASSERT_TRUE(ParseReceivedBackwardRequest(&buffer, &backward).ok());
+  ParameterStore store(ParameterLimits{}, {});
+  EXPECT_TRUE(
+      CheckNormalizeBackward(backward.message, backward.tensor_data(), RequestLimits{}, store)
+          .ok());
+  backward.CopyDataIntoMessage();
+  const absl::StatusOr<BackwardPlan> plan =
+      ValidateNormalizeBackward(backward.message, RequestLimits{}, store);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->input.rows, 0);
+  EXPECT_NE(plan->mean, nullptr);
+  EXPECT_NE(plan->rstd, nullptr);
+  EXPECT_FALSE(backward.message.has_parameters());
 }
 
 }  // namespace

@@ -158,29 +158,6 @@ TEST(ReceivedRequestTest, AgreesWithProtobufOnTruncatedAndCorruptedBytes) {
   }
 }
 
-std::string Varint(uint64_t value) {
-  std::string out;
-  while (value >= 0x80) {
-    out.push_back(static_cast<char>((value & 0x7f) | 0x80));
-    value >>= 7;
-  }
-  out.push_back(static_cast<char>(value));
-  return out;
-}
-
-// Field `field` of wire type 2 holding `payload`.
-std::string LengthDelimited(int field, const std::string& payload) {
-  return Varint(static_cast<uint64_t>(field) << 3 | 2) + Varint(payload.size()) + payload;
-}
-
-// `count` unknown groups (field 100), each inside the one before.
-std::string NestedGroups(int count) {
-  std::string start = Varint(100 << 3 | 3), end = Varint(100 << 3 | 4), out;
-  for (int i = 0; i < count; ++i) out += start;
-  for (int i = 0; i < count; ++i) out += end;
-  return out;
-}
-
 // protobuf lets messages and groups nest 100 levels below the request; the
 // parser refuses exactly where protobuf does, at every level it parses
 // itself: the request (0), input (1), parameters.inline.gamma (3).

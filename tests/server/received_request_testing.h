@@ -100,4 +100,28 @@ inline std::string Flatten(const ReceivedBytes& bytes) {
   return flat;
 }
 
+// Hand-made wire bytes.
+inline std::string Varint(uint64_t value) {
+  std::string out;
+  while (value >= 0x80) {
+    out.push_back(static_cast<char>((value & 0x7f) | 0x80));
+    value >>= 7;
+  }
+  out.push_back(static_cast<char>(value));
+  return out;
+}
+
+// Field `field` of wire type 2 holding `payload`.
+inline std::string LengthDelimited(int field, const std::string& payload) {
+  return Varint(static_cast<uint64_t>(field) << 3 | 2) + Varint(payload.size()) + payload;
+}
+
+// `count` unknown groups (field 100), each inside the one before.
+inline std::string NestedGroups(int count) {
+  std::string start = Varint(100 << 3 | 3), end = Varint(100 << 3 | 4), out;
+  for (int i = 0; i < count; ++i) out += start;
+  for (int i = 0; i < count; ++i) out += end;
+  return out;
+}
+
 }  // namespace normsvc::server::testing
