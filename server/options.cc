@@ -205,6 +205,12 @@ std::vector<FlagSpec> Flags() {
                             "requests one NormalizeStream may have unanswered before it stops "
                             "reading (it also stops while its requests and unsent replies hold a "
                             "quarter of --max_queued_bytes)"));
+  flags.push_back(Int64Flag("grpc_memory_quota_bytes", &ServerOptions::grpc_memory_quota_bytes,
+                            "gRPC's memory quota over the bytes it has received (messages "
+                            "arriving, and the buffers accepted requests hold); above it gRPC "
+                            "sends connections away to free memory, so part of a burst gets "
+                            "UNAVAILABLE; a soft bound (-1: --max_queued_bytes + "
+                            "--max_receive_message_bytes; 0: none)"));
   flags.push_back(Int64Flag("keepalive_time_ms", &ServerOptions::keepalive_time_ms,
                             "server keepalive ping interval"));
   flags.push_back(Int64Flag("keepalive_timeout_ms", &ServerOptions::keepalive_timeout_ms,
@@ -303,6 +309,12 @@ int64_t LargestRequestMessageBytes(const ServerOptions& o) {
   return static_cast<int64_t>(std::min<__int128>(largest, std::numeric_limits<int64_t>::max()));
 }
 
+int64_t GrpcMemoryQuotaBytes(const ServerOptions& o) {
+  if (o.grpc_memory_quota_bytes >= 0) return o.grpc_memory_quota_bytes;
+  const __int128 sum = __int128{o.max_queued_bytes} + o.max_receive_message_bytes;
+  return static_cast<int64_t>(std::min<__int128>(sum, std::numeric_limits<int64_t>::max()));
+}
+
 absl::Status ValidateOptions(const ServerOptions& o) {
   auto at_least = [](const char* flag, int64_t value, int64_t minimum) {
     return value >= minimum ? absl::OkStatus()
@@ -329,6 +341,7 @@ absl::Status ValidateOptions(const ServerOptions& o) {
            at_least("batches_in_flight", o.batches_in_flight, 1),
            at_least("overlap_min_bytes", o.overlap_min_bytes, 0),
            at_least("staging_buffer_bytes", o.staging_buffer_bytes, kMiB),
+           at_least("grpc_memory_quota_bytes", o.grpc_memory_quota_bytes, -1),
            at_least("max_stream_in_flight", o.max_stream_in_flight, 1),
            at_least("keepalive_time_ms", o.keepalive_time_ms, 1),
            at_least("keepalive_timeout_ms", o.keepalive_timeout_ms, 1),

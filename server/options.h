@@ -81,6 +81,10 @@ struct ServerOptions {
   // Requests a NormalizeStream may have accepted but not yet written back;
   // beyond it the stream stops reading (flow control back to the client).
   int64_t max_stream_in_flight = 256;
+  // gRPC's memory quota (a grpc::ResourceQuota over the server's receive
+  // buffers: messages being received, and those requests hold). -1: auto,
+  // GrpcMemoryQuotaBytes; 0: none.
+  int64_t grpc_memory_quota_bytes = -1;
 
   // Connections.
   int64_t keepalive_time_ms = 30000;
@@ -130,6 +134,12 @@ int64_t ResolveBatchTimeoutS(int64_t requested, std::string_view backend);
 // A receive limit below it lets gRPC refuse (RESOURCE_EXHAUSTED, before any
 // validation) requests that every other limit admits; the server warns.
 int64_t LargestRequestMessageBytes(const ServerOptions& options);
+
+// The size of gRPC's memory quota: --grpc_memory_quota_bytes, or where it is
+// -1 (auto) --max_queued_bytes plus --max_receive_message_bytes (what
+// accepted requests may hold, and one more message of the largest size
+// being received); 0: no quota.
+int64_t GrpcMemoryQuotaBytes(const ServerOptions& options);
 
 // Checks ranges and relations between options (e.g. the receive limit is at
 // least 64 MiB); the message names the flag.

@@ -328,15 +328,13 @@ bool ParseRequest(Cursor& cursor, Message* message,
 // Takes `bytes` over into `buffers` and parses them with `parse`; on failure
 // `reset` empties the request and the status names `type`.
 template <typename Parse, typename Reset>
-absl::Status ParseReceived(grpc::ByteBuffer* bytes, std::vector<grpc::Slice>* buffers,
-                           const char* type, Parse parse, Reset reset) {
+absl::Status ParseReceived(grpc::ByteBuffer* bytes, ReceivedBuffers* buffers, const char* type,
+                           Parse parse, Reset reset) {
   reset();
   if (!bytes->Valid()) return absl::OkStatus();  // no payload: the message of all defaults
-  // Dump takes references to the slices; nothing is copied.
-  bool parsed = bytes->Dump(buffers).ok();
-  bytes->Clear();
+  bool parsed = buffers->Take(bytes);
   if (parsed) {
-    Cursor cursor(*buffers);
+    Cursor cursor(buffers->slices());
     parsed = parse(cursor);
   }
   if (!parsed) {
@@ -349,6 +347,13 @@ absl::Status ParseReceived(grpc::ByteBuffer* bytes, std::vector<grpc::Slice>* bu
 
 }  // namespace
 
+bool ReceivedBuffers::Take(grpc::ByteBuffer* bytes) {
+  Clear();
+  held_.Swap(bytes);
+  // Dump takes references to the slices; nothing is copied.
+  return held_.Dump(&slices_).ok();
+}
+
 absl::Status ParseReceivedNormalizeRequest(grpc::ByteBuffer* bytes,
                                            ReceivedNormalizeRequest* request) {
   auto reset = [request] {
@@ -357,7 +362,7 @@ absl::Status ParseReceivedNormalizeRequest(grpc::ByteBuffer* bytes,
          {&request->input, &request->residual, &request->gamma, &request->beta}) {
       data->Clear();
     }
-    request->buffers.clear();
+    request->buffers.Clear();
   };
   auto parse = [request](Cursor& cursor) {
     using M = v1::NormalizeRequest;
@@ -377,7 +382,7 @@ absl::Status ParseReceivedBackwardRequest(grpc::ByteBuffer* bytes,
                                 &request->rstd, &request->gamma, &request->beta}) {
       data->Clear();
     }
-    request->buffers.clear();
+    request->buffers.Clear();
   };
   auto parse = [request](Cursor& cursor) {
     using M = v1::NormalizeBackwardRequest;
@@ -398,7 +403,7 @@ absl::Status ParseReceivedRegisterRequest(grpc::ByteBuffer* bytes,
     request->message.Clear();
     request->gamma.Clear();
     request->beta.Clear();
-    request->buffers.clear();
+    request->buffers.Clear();
   };
   auto parse = [request](Cursor& cursor) {
     using M = v1::RegisterParametersRequest;
@@ -439,13 +444,13 @@ void ReceivedBackwardRequest::CopyDataIntoMessage() {
                            : nullptr);
   CopyIntoData(&beta, parameters != nullptr && parameters->has_beta() ? parameters->mutable_beta()
                                                                       : nullptr);
-  buffers.clear();
+  buffers.Clear();
 }
 
 void ReceivedRegisterRequest::CopyDataIntoMessage() {
   CopyIntoData(&gamma, message.has_gamma() ? message.mutable_gamma() : nullptr);
   CopyIntoData(&beta, message.has_beta() ? message.mutable_beta() : nullptr);
-  buffers.clear();
+  buffers.Clear();
 }
 
 }  // namespace normsvc::server

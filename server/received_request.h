@@ -19,6 +19,35 @@
 
 namespace normsvc::server {
 
+// gRPC's receive buffers that a parsed request's pieces point into. They
+// are let go through a grpc::ByteBuffer, whose destruction gives gRPC the
+// execution context in which it returns receive memory to its memory quota:
+// in gRPC 1.51 a bare slice release on an application thread has none, and
+// crashes the process when the release wakes gRPC's memory reclaimer
+// (server/README.md).
+class ReceivedBuffers {
+ public:
+  ReceivedBuffers() = default;
+  ~ReceivedBuffers() { Clear(); }
+  ReceivedBuffers(const ReceivedBuffers&) = delete;
+  ReceivedBuffers& operator=(const ReceivedBuffers&) = delete;
+
+  // Takes `bytes` over (leaving it empty); false where its slices cannot be
+  // read.
+  bool Take(grpc::ByteBuffer* bytes);
+  const std::vector<grpc::Slice>& slices() const { return slices_; }
+  bool empty() const { return slices_.empty() && !held_.Valid(); }
+  // The slices' own references go first, so that held_ drops the last ones.
+  void Clear() {
+    slices_.clear();
+    held_.Clear();
+  }
+
+ private:
+  grpc::ByteBuffer held_;
+  std::vector<grpc::Slice> slices_;  // references to held_'s slices
+};
+
 struct ReceivedNormalizeRequest {
   ReceivedNormalizeRequest() = default;
   // Not copyable: the pieces may point into `buffers`' own slice objects
@@ -32,7 +61,7 @@ struct ReceivedNormalizeRequest {
   v1::NormalizeRequest message;
   ReceivedBytes input, residual, gamma, beta;
   // gRPC's buffers that the pieces point into.
-  std::vector<grpc::Slice> buffers;
+  ReceivedBuffers buffers;
 
   ReceivedTensorData tensor_data() const { return {&input, &residual, &gamma, &beta}; }
 };
@@ -65,7 +94,7 @@ struct ReceivedBackwardRequest {
   // protobuf's parser keeps it).
   v1::NormalizeBackwardRequest message;
   ReceivedBytes input, grad_output, mean, rstd, gamma, beta;
-  std::vector<grpc::Slice> buffers;
+  ReceivedBuffers buffers;
 
   ReceivedBackwardData tensor_data() const { return {&input, &grad_output, &mean, &rstd, &gamma}; }
 };
@@ -86,7 +115,7 @@ struct ReceivedRegisterRequest {
 
   v1::RegisterParametersRequest message;  // gamma's and beta's data: below
   ReceivedBytes gamma, beta;
-  std::vector<grpc::Slice> buffers;
+  ReceivedBuffers buffers;
 
   ReceivedRegisterData tensor_data() const { return {&gamma, &beta}; }
 };

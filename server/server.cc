@@ -12,6 +12,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
@@ -92,6 +93,7 @@ v1::GetServerInfoResponse MakeServerInfo(const ServerOptions& o, const std::stri
   limits->set_device_buffer_bytes(device_buffer_bytes);
   limits->set_max_parameter_sets(o.max_parameter_sets);
   limits->set_max_parameter_bytes(o.max_parameter_bytes);
+  limits->set_grpc_memory_quota_bytes(GrpcMemoryQuotaBytes(o));
   v1::GetServerInfoResponse::Batching* batching = info.mutable_batching();
   batching->set_max_batch_rows(o.max_batch_rows);
   batching->set_max_batch_bytes(o.max_batch_bytes);
@@ -338,6 +340,11 @@ absl::Status Server::StartGrpc() {
   } else {
     builder.RegisterService(service_.get());
     builder.RegisterService(kserve_service_.get());
+  }
+  if (const int64_t quota = GrpcMemoryQuotaBytes(options_); quota > 0) {
+    grpc::ResourceQuota resource_quota("normsvc");
+    resource_quota.Resize(static_cast<std::size_t>(quota));
+    builder.SetResourceQuota(resource_quota);
   }
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || grpc_port_ == 0) {

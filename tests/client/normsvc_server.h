@@ -35,6 +35,7 @@ class NormsvcServer {
     EXPECT_EQ(process_->Stop(SIGTERM, std::chrono::seconds(30)), 0) << process_->Log();
   }
   bool ready() const { return ready_; }
+  pid_t pid() const { return process_->pid(); }
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
   std::string Log() const { return process_->Log(); }
 

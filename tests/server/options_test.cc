@@ -204,6 +204,24 @@ TEST(OptionsTest, LargestRequestMessageBytesCountsBothTensorsStatisticsAndParame
   EXPECT_EQ(LargestRequestMessageBytes(o), std::numeric_limits<int64_t>::max());
 }
 
+TEST(OptionsTest, GrpcMemoryQuotaIsTheBudgetAndOneMessageUnlessSet) {
+  ServerOptions o;
+  o.max_queued_bytes = 32 << 20;
+  o.max_receive_message_bytes = 64 << 20;
+  EXPECT_EQ(o.grpc_memory_quota_bytes, -1);  // auto by default
+  EXPECT_EQ(GrpcMemoryQuotaBytes(o), 96 << 20);
+  o.max_queued_bytes = std::numeric_limits<int64_t>::max();  // saturates, no overflow
+  EXPECT_EQ(GrpcMemoryQuotaBytes(o), std::numeric_limits<int64_t>::max());
+  o.grpc_memory_quota_bytes = 12345;
+  EXPECT_EQ(GrpcMemoryQuotaBytes(o), 12345);
+  o.grpc_memory_quota_bytes = 0;  // none
+  EXPECT_EQ(GrpcMemoryQuotaBytes(o), 0);
+  o.grpc_memory_quota_bytes = -2;
+  const absl::Status refused = ValidateOptions(o);
+  EXPECT_NE(refused.message().find("--grpc_memory_quota_bytes must be >= -1"), std::string::npos)
+      << refused;
+}
+
 TEST(OptionsTest, CgroupCpuLimitsAreReadAsWholeCpus) {
   EXPECT_EQ(CpusFromCgroupV2("max 100000\n"), std::nullopt);
   EXPECT_EQ(CpusFromCgroupV2("200000 100000\n"), 2);

@@ -226,7 +226,7 @@ TEST(ReceivedRequestTest, TensorsStayInTheReceivedSlices) {
     ASSERT_TRUE(ParseReceivedNormalizeRequest(&buffer, &received).ok());
     // The request's references to gRPC's slices (a slice of a few bytes
     // holds them inline, in the slice object itself).
-    const std::vector<grpc::Slice>& slices = received.buffers;
+    const std::vector<grpc::Slice>& slices = received.buffers.slices();
     for (const ReceivedBytes* tensor : {&received.input, &received.gamma}) {
       ASSERT_EQ(tensor->size(), 16384);
       for (const ReceivedBytes::Piece& piece : tensor->pieces()) {

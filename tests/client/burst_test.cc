@@ -1,0 +1,86 @@
+// A burst of large requests, many times the bytes the server admits, sent
+// by normload to a CPU-backend normsvc with a small budget: every request
+// is answered, correct when OK, otherwise refused as retryable
+// (RESOURCE_EXHAUSTED from the budget, UNAVAILABLE from a connection gRPC
+// sent away to free memory under its memory quota); the server reports the
+// quota and keeps serving afterwards. The growth of its resident memory's
+// high-water mark is recorded (a test property), not asserted: the quota is
+// a soft bound and the growth varies by a factor of two from run to run
+// (server/README.md).
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "normsvc/client/channel.h"
+#include "normsvc/client/client.h"
+#include "normsvc_server.h"
+#include "tool_runner.h"
+
+namespace normsvc::testing {
+namespace {
+
+// VmHWM of /proc/<pid>/status in bytes (-1 when unreadable).
+int64_t HighWaterMarkBytes(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    long long kib = 0;
+    if (std::sscanf(line.c_str(), "VmHWM: %lld kB", &kib) == 1) return kib * 1024;
+  }
+  return -1;
+}
+
+TEST(BurstTest, ABurstOfLargeRequestsIsRefusedAsRetryableAndTheServerServesOn) {
+  TempDir dir;
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  NormsvcServer server(dir, "normsvc",
+                       {"--max_queued_bytes=" + std::to_string(32 * kMiB),
+                        "--max_receive_message_bytes=" + std::to_string(64 * kMiB),
+                        "--memory_release_interval_s=0"});
+  ASSERT_TRUE(server.ready()) << server.Log();
+  client::ChannelOptions channel;
+  channel.target = server.target();
+  client::NormalizerClient client(*client::MakeChannel(channel));
+  const absl::StatusOr<v1::GetServerInfoResponse> info =
+      client.GetServerInfo({.timeout = absl::Seconds(10), .wait_for_ready = true});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->limits().grpc_memory_quota_bytes(), 96 * kMiB);  // the budget and one message
+
+  // 96 requests of 8 MiB in flight (768 MiB) against a 32 MiB budget: each
+  // admitted one holds 16 MiB (input and output).
+  const int64_t before = HighWaterMarkBytes(server.pid());
+  const CommandResult burst =
+      RunCommand({kNormload, "--target=" + server.target(), "--concurrency=96", "--channels=16",
+                  "--warmup_s=0", "--duration_s=2", "--quiet", "--verify", "--max_error_rate=1",
+                  "--deadline_ms=120000", "--variants=1", "--json=" + dir.File("burst.json"),
+                  "--mix=rows=32,hidden=65536"},
+                 std::chrono::seconds(240));
+  const int64_t after = HighWaterMarkBytes(server.pid());
+  ASSERT_EQ(burst.exit_code, 0) << burst.err << burst.out;
+  const google::protobuf::Struct report = ParseJson(ReadFile(dir.File("burst.json")));
+  const google::protobuf::Struct& measured = Field(report, "measured").struct_value();
+  EXPECT_EQ(Number(measured, {"verify_failures"}), 0);
+  EXPECT_EQ(Number(measured, {"verified"}), Number(measured, {"ok"}));
+  // The budget refused most of it; nothing else but a connection sent away.
+  EXPECT_GT(Number(measured, {"errors_by_code", "RESOURCE_EXHAUSTED"}), 0) << burst.out;
+  const std::set<std::string> retryable = {"RESOURCE_EXHAUSTED", "UNAVAILABLE"};
+  for (const auto& [code, count] : Field(measured, "errors_by_code").struct_value().fields()) {
+    EXPECT_TRUE(retryable.count(code) > 0) << count.number_value() << " x " << code << "\n"
+                                           << burst.out;
+  }
+  ::testing::Test::RecordProperty("high_water_mark_growth_mib",
+                                  std::to_string((after - before) / kMiB));
+  std::printf("server's resident high-water mark: %lld -> %lld MiB\n",
+              static_cast<long long>(before / kMiB), static_cast<long long>(after / kMiB));
+
+  // Served on: a short verified run with no error tolerated.
+  const CommandResult after_burst = RunCommand(
+      {kNormload, "--target=" + server.target(), "--concurrency=4", "--channels=1", "--warmup_s=0",
+       "--duration_s=0.5", "--quiet", "--verify", "--mix=rows=4,hidden=1024"},
+      std::chrono::seconds(60));
+  EXPECT_EQ(after_burst.exit_code, 0) << after_burst.err << after_burst.out;
+}
+
+}  // namespace
+}  // namespace normsvc::testing
