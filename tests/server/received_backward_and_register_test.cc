@@ -216,6 +216,22 @@ v1::NormalizeBackwardRequest NearlyValidBackwardRequest(std::mt19937_64& rng) {
   return r;
 }
 
+// Validates `bytes` as protobuf parses them (into `parsed`, validated by
+// `validate` into `expected`, whose views point into `parsed`) and checks
+// them as the call parses them, sliced at random, into `received`
+// (`check`): both must give the same status, code and message. Where it is
+// OK, `received` is ready for CopyDataIntoMessage. A failed assertion here
+// is fatal to the calling test (HasFatalFailure).
+template <typename Received, typename Message, typename Plan, typename Validate, typename Check>
+void CheckBothWays(std::mt19937_64& rng, const std::string& bytes, Validate validate, Check check,
+                   Message* parsed, absl::StatusOr<Plan>* expected, Received* received) {
+  ASSERT_TRUE(parsed->ParseFromString(bytes));
+  *expected = validate(*parsed);
+  grpc::ByteBuffer buffer = RandomlySliced(rng, bytes);
+  ASSERT_TRUE(Parse(&buffer, received).ok());
+  ASSERT_EQ(check(*received), expected->status()) << parsed->ShortDebugString().substr(0, 300);
+}
+
 // The received pieces' check gives the status the parsed message's
 // validation gives, code and message, on every request; on the valid ones
 // the plan made after CopyDataIntoMessage is the parsed message's plan,
@@ -231,22 +247,25 @@ TEST(ReceivedBackwardRequestTest, CheckAgreesWithValidationOfTheParsedMessage) {
   limits.max_hidden_size = 512;  // H = 1000 is refused
   int valid = 0, invalid = 0;
   for (int i = 0; i < 600; ++i) {
-    const v1::NormalizeBackwardRequest request = NearlyValidBackwardRequest(rng);
-    std::string bytes = request.SerializeAsString();
+    std::string bytes = NearlyValidBackwardRequest(rng).SerializeAsString();
     // Now and then a second request merged into the first: repeated
     // tensors, shapes appended, name and inline parameters replacing each
     // other.
     if (i % 5 == 0) bytes += NearlyValidBackwardRequest(rng).SerializeAsString();
     v1::NormalizeBackwardRequest parsed;
-    ASSERT_TRUE(parsed.ParseFromString(bytes));
-    const absl::StatusOr<BackwardPlan> expected = ValidateNormalizeBackward(parsed, limits, store);
-    grpc::ByteBuffer buffer = RandomlySliced(rng, bytes);
+    absl::StatusOr<BackwardPlan> expected;
     ReceivedBackwardRequest received;
-    ASSERT_TRUE(ParseReceivedBackwardRequest(&buffer, &received).ok());
-    const absl::Status checked =
-        CheckNormalizeBackward(received.message, received.tensor_data(), limits, store);
-    ASSERT_EQ(checked, expected.status()) << request.ShortDebugString().substr(0, 300);
-    if (!checked.ok()) {
+    CheckBothWays(
+        rng, bytes,
+        [&](const v1::NormalizeBackwardRequest& m) {
+          return ValidateNormalizeBackward(m, limits, store);
+        },
+        [&](const ReceivedBackwardRequest& r) {
+          return CheckNormalizeBackward(r.message, r.tensor_data(), limits, store);
+        },
+        &parsed, &expected, &received);
+    if (HasFatalFailure()) return;
+    if (!expected.ok()) {
       ++invalid;
       continue;
     }
@@ -362,19 +381,22 @@ TEST(ReceivedRegisterRequestTest, CheckAgreesWithValidationOfTheParsedMessage) {
   limits.max_hidden_size = 512;  // H = 1000 is refused
   int valid = 0, invalid = 0;
   for (int i = 0; i < 400; ++i) {
-    const v1::RegisterParametersRequest request = NearlyValidRegisterRequest(rng);
-    std::string bytes = request.SerializeAsString();
+    std::string bytes = NearlyValidRegisterRequest(rng).SerializeAsString();
     if (i % 5 == 0) bytes += NearlyValidRegisterRequest(rng).SerializeAsString();  // merged
     v1::RegisterParametersRequest parsed;
-    ASSERT_TRUE(parsed.ParseFromString(bytes));
-    const absl::StatusOr<RegisterPlan> expected = ValidateRegisterParameters(parsed, limits);
-    grpc::ByteBuffer buffer = RandomlySliced(rng, bytes);
+    absl::StatusOr<RegisterPlan> expected;
     ReceivedRegisterRequest received;
-    ASSERT_TRUE(ParseReceivedRegisterRequest(&buffer, &received).ok());
-    const absl::Status checked =
-        CheckRegisterParameters(received.message, received.tensor_data(), limits);
-    ASSERT_EQ(checked, expected.status()) << request.ShortDebugString().substr(0, 300);
-    if (!checked.ok()) {
+    CheckBothWays(
+        rng, bytes,
+        [&](const v1::RegisterParametersRequest& m) {
+          return ValidateRegisterParameters(m, limits);
+        },
+        [&](const ReceivedRegisterRequest& r) {
+          return CheckRegisterParameters(r.message, r.tensor_data(), limits);
+        },
+        &parsed, &expected, &received);
+    if (HasFatalFailure()) return;
+    if (!expected.ok()) {
       ++invalid;
       continue;
     }
