@@ -134,9 +134,11 @@ class StreamConnection
         lock.lock();
       }
     }
-    if (!done_cv_.wait_for(lock, cancel_after, [this] { return done_; })) {
+    // Waits for OnDone to be finished with this object, not only for done_
+    // (set before it tells the sink): the caller destroys the stream next.
+    if (!done_cv_.wait_for(lock, cancel_after, [this] { return ended_; })) {
       context_.TryCancel();
-      done_cv_.wait(lock, [this] { return done_; });
+      done_cv_.wait(lock, [this] { return ended_; });
     }
   }
   void Cancel() { context_.TryCancel(); }
@@ -192,6 +194,7 @@ class StreamConnection
   bool broken_ = false;
   bool hold_released_ = false;
   bool done_ = false;
+  bool ended_ = false;  // OnDone has returned from the sink: set with the notify
   std::atomic<bool> answered_{false};
 };
 

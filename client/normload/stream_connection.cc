@@ -27,6 +27,7 @@ void StreamConnection::OnDone(const grpc::Status& status) {
   }
   sink_->OnStreamEnded(this, status);
   std::lock_guard<std::mutex> lock(mutex_);
+  ended_ = true;
   done_cv_.notify_all();
 }
 
