@@ -48,6 +48,7 @@ struct DeviceDescription {
   std::string compute_capability;
   std::string pci_bus_id;                      // for NVML
   int64_t device_buffer_bytes = 0;             // device memory the executor holds for batches
+  int64_t backward_workspace_bytes = 0;        // of it, each slot's backward workspace
   double copy_bandwidth_bytes_per_second = 0;  // measured at start-up (read + write)
 };
 

@@ -20,6 +20,11 @@ struct GpuExecutorOptions {
   int slots = 2;                               // batches in flight (one stream + staging each)
   int64_t staging_bytes = int64_t{128} << 20;  // pinned host and device bytes per slot
   int64_t max_batch_tasks = 4096;              // segment table capacity
+  // The edge's limits (--max_hidden_size, --max_request_rows): each slot's
+  // backward workspace is allocated at start for the largest backward chunk
+  // they allow through staging_bytes (BackwardWorkspaceBound).
+  int64_t max_hidden = 262144;
+  int64_t max_request_rows = 1048576;
   GpuWait wait = GpuWait::kAuto;
   // The copies and the kernel are timed apart (three more events on the
   // stream) on one batch in this many, counted over the executor's batches;
@@ -35,6 +40,20 @@ int VisibleGpuCount();
 std::string CudaRuntimeVersion();
 
 absl::StatusOr<std::unique_ptr<Executor>> CreateGpuExecutor(const GpuExecutorOptions& options);
+
+// Device memory a batch slot holds for a backward's dgamma/dbeta partials so
+// that every backward request the edge accepts runs: the largest
+// kernels::BackwardWorkspaceBytes over every H up to `max_hidden` of the
+// most rows one chunk of that H can have in a staging buffer of
+// `staging_bytes` (x, dy and dx alone take 6 bytes an element or more) and
+// in a request (`max_request_rows`). A scan of every H (about 50 ms at
+// 2^20): the workspace is not monotone in H, as the kernels' plans split a
+// launch's rows differently. 0 without the GPU backend.
+int64_t BackwardWorkspaceBound(int64_t staging_bytes, int64_t max_hidden, int64_t max_request_rows);
+
+// kernels::BackwardWorkspaceBytes(rows, hidden), for tests of the bound; 0
+// without the GPU backend.
+int64_t BackwardChunkWorkspaceBytes(int64_t rows, int64_t hidden);
 
 // Test hook: the next batch `executor` runs fails with a genuine CUDA error
 // (an invalid copy is issued), exercising the error path; later batches run

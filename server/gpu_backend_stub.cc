@@ -11,6 +11,9 @@ absl::StatusOr<std::unique_ptr<Executor>> CreateGpuExecutor(const GpuExecutorOpt
   return absl::FailedPreconditionError("this build of normsvc has no CUDA backend");
 }
 
+int64_t BackwardWorkspaceBound(int64_t, int64_t, int64_t) { return 0; }
+int64_t BackwardChunkWorkspaceBytes(int64_t, int64_t) { return 0; }
+
 absl::Status InjectGpuFaultForNextBatch(Executor&) {
   return absl::FailedPreconditionError("this build of normsvc has no CUDA backend");
 }

@@ -68,6 +68,9 @@ absl::Status GpuExecutor::Initialize() {
   device_.pci_bus_id = bus_id;
 
   const std::size_t staging = static_cast<std::size_t>(options_.staging_bytes);
+  const std::size_t workspace = static_cast<std::size_t>(BackwardWorkspaceBound(
+      options_.staging_bytes, options_.max_hidden, options_.max_request_rows));
+  device_.backward_workspace_bytes = static_cast<int64_t>(workspace);
   slots_.resize(std::max(1, options_.slots));
   for (Slot& slot : slots_) {
     NORMSVC_CUDA_TRY(cudaStreamCreateWithFlags(&slot.stream, cudaStreamNonBlocking));
@@ -86,7 +89,19 @@ absl::Status GpuExecutor::Initialize() {
     // cudaEventQuery instead when the batch should not.
     NORMSVC_CUDA_TRY(cudaEventCreateWithFlags(&slot.d2h, cudaEventBlockingSync));
     slot.segments.reserve(static_cast<std::size_t>(options_.max_batch_tasks));
-    device_.device_buffer_bytes += static_cast<int64_t>(staging + slot.table_bytes);
+    if (workspace > 0) {
+      const cudaError_t allocated = cudaMalloc(&slot.backward_workspace, workspace);
+      if (allocated == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        return absl::ResourceExhaustedError(absl::StrCat(
+            device_.label, ": no device memory for the backward workspace of ", workspace,
+            " bytes a batch slot (what --max_hidden_size ", options_.max_hidden,
+            " and --staging_buffer_bytes ", options_.staging_bytes, " need)"));
+      }
+      NORMSVC_CUDA_TRY(allocated);
+      slot.backward_workspace_bytes = workspace;
+    }
+    device_.device_buffer_bytes += static_cast<int64_t>(staging + slot.table_bytes + workspace);
   }
   MeasureCopyBandwidth();
   return absl::OkStatus();
@@ -197,25 +212,12 @@ absl::Status GpuExecutor::RunOversized(const Task& task, Slot& slot, Timings* ti
   return absl::OkStatus();
 }
 
-absl::Status GpuExecutor::EnsureBackwardWorkspace(Slot& slot, std::size_t bytes) {
+absl::Status GpuExecutor::CheckBackwardWorkspace(const Slot& slot, std::size_t bytes) const {
   if (bytes <= slot.backward_workspace_bytes) return absl::OkStatus();
-  // The slot's stream is idle here (every round ends synchronized).
-  if (slot.backward_workspace != nullptr) cudaFree(slot.backward_workspace);
-  slot.backward_workspace = nullptr;
-  slot.backward_workspace_bytes = 0;
-  const cudaError_t allocated = cudaMalloc(&slot.backward_workspace, bytes);
-  if (allocated == cudaErrorMemoryAllocation) {
-    // Not sticky: clear it, and let the client retry (other slots and
-    // executors may have room, or this one later).
-    cudaGetLastError();
-    slot.backward_workspace = nullptr;
-    return absl::ResourceExhaustedError(
-        absl::StrCat(device_.label, ": device memory full: the backward's workspace of ", bytes,
-                     " bytes (its dgamma/dbeta partials) could not be allocated; retry later"));
-  }
-  NORMSVC_CUDA_TRY(allocated);
-  slot.backward_workspace_bytes = bytes;
-  return absl::OkStatus();
+  // BackwardWorkspaceBound covers every chunk the edge's limits allow.
+  return absl::InternalError(absl::StrCat(device_.label, ": a backward chunk needs ", bytes,
+                                          " bytes of workspace, more than the ",
+                                          slot.backward_workspace_bytes, " allocated at start"));
 }
 
 cudaError_t GpuExecutor::WaitForRound(const Slot& slot) {
@@ -302,7 +304,7 @@ absl::Status GpuExecutor::RunRound(std::span<const TaskSlice> slices, Slot& slot
   if (backward) {
     const std::size_t workspace =
         kernels::BackwardWorkspaceBytes(backward_args.rows, backward_args.hidden);
-    if (absl::Status status = EnsureBackwardWorkspace(slot, workspace); !status.ok()) return status;
+    if (absl::Status status = CheckBackwardWorkspace(slot, workspace); !status.ok()) return status;
   }
   // The segment table room ends where the inputs begin, so the table and
   // the inputs are one H2D copy of copy_before + input_bytes bytes.

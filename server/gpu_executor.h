@@ -76,7 +76,9 @@ class GpuExecutor final : public Executor {
   absl::Status RunRound(std::span<const TaskSlice> slices, Slot& slot, Timings* timings,
                         GradientSums* sums);
   absl::Status RunOversized(const Task& task, Slot& slot, Timings* timings);
-  absl::Status EnsureBackwardWorkspace(Slot& slot, std::size_t bytes);
+  // The slot's workspace (allocated at start, BackwardWorkspaceBound) holds
+  // `bytes`; INTERNAL otherwise.
+  absl::Status CheckBackwardWorkspace(const Slot& slot, std::size_t bytes) const;
   // After a failed round: wait for the stream, clear the error, and decide
   // whether the device is still usable.
   void Recover(Slot& slot);

@@ -73,9 +73,11 @@ v1::GetServerInfoResponse MakeServerInfo(const ServerOptions& o, const std::stri
   info.set_git_commit(GitCommit());
   info.set_backend(backend);
   int64_t device_buffer_bytes = 0;
+  int64_t backward_workspace_bytes = 0;
   for (int i = 0; i < pool.size(); ++i) {
     const DeviceDescription& d = pool.executor(i).device();
     device_buffer_bytes += d.device_buffer_bytes;
+    backward_workspace_bytes = std::max(backward_workspace_bytes, d.backward_workspace_bytes);
     if (d.index < 0) continue;
     v1::GetServerInfoResponse::Device* device = info.add_devices();
     device->set_index(d.index);
@@ -94,6 +96,7 @@ v1::GetServerInfoResponse MakeServerInfo(const ServerOptions& o, const std::stri
   limits->set_max_parameter_sets(o.max_parameter_sets);
   limits->set_max_parameter_bytes(o.max_parameter_bytes);
   limits->set_grpc_memory_quota_bytes(GrpcMemoryQuotaBytes(o));
+  limits->set_backward_workspace_bytes(backward_workspace_bytes);
   v1::GetServerInfoResponse::Batching* batching = info.mutable_batching();
   batching->set_max_batch_rows(o.max_batch_rows);
   batching->set_max_batch_bytes(o.max_batch_bytes);
@@ -220,6 +223,8 @@ absl::Status Server::CreateExecutors() {
       gpu.wait = options_.gpu_wait;
       gpu.timed_batch_interval = options_.timed_batch_interval;
       gpu.max_batch_tasks = MaxBatchTasks(options_);
+      gpu.max_hidden = options_.max_hidden_size;
+      gpu.max_request_rows = options_.max_request_rows;
       absl::StatusOr<std::unique_ptr<Executor>> executor = CreateGpuExecutor(gpu);
       if (!executor.ok()) return executor.status();
       executors.push_back(*std::move(executor));

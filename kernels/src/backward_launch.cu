@@ -241,19 +241,40 @@ bool RowsShareOffsets(const BackwardArgs& args, int width, BackwardParams* param
 }  // namespace
 }  // namespace detail
 
-std::size_t BackwardWorkspaceBytes(int64_t rows, int64_t hidden) {
-  if (rows <= 0 || hidden <= 0 || hidden > kMaxHidden) return 0;
+namespace {
+
+// The most units any backward launch of at most `rows` rows of `hidden`
+// elements splits its rows into, over every dtype and kernel, from the unit
+// planners' rules: PlanBackwardUnits gives at most min(wave, row groups)
+// units; PlanRealignedBackwardUnits, for `classes` offset classes of
+// ceil(rows / period) rows, at most min(max(wave, classes), classes x row
+// groups of a class). Each term is non-decreasing in `rows`, so the bound is.
+int64_t MostBackwardUnits(int64_t rows, int64_t hidden) {
   int64_t units = 0;
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-    units = std::max(units, detail::PlanBackwardUnits(rows, hidden, dtype).units);
+    const detail::KernelPlan plan = detail::PlanBackward(hidden, dtype);
+    units = std::max(units, std::min(detail::BackwardWaveUnits(plan, dtype),
+                                     (rows + plan.groups - 1) / plan.groups));
     const detail::KernelPlan realign = detail::PlanBackwardRealign(hidden, dtype);
     if (realign.slots == 0) continue;
+    const int64_t wave =
+        detail::kBackwardWaveUnits * detail::RealignBackwardResidentBlocks(realign, hidden);
     for (int period = 1; period <= detail::VectorWidth(dtype); period *= 2) {
-      units =
-          std::max(units, detail::PlanRealignedBackwardUnits(rows, hidden, realign, period).units);
+      const int64_t classes = std::min<int64_t>(period, rows);
+      const int64_t class_groups =
+          ((rows + period - 1) / period + realign.groups - 1) / realign.groups;
+      units = std::max(units, std::min(std::max(wave, classes), classes * class_groups));
     }
   }
-  const std::size_t bytes = static_cast<std::size_t>(2 * units * hidden) * sizeof(float);
+  return units;
+}
+
+}  // namespace
+
+std::size_t BackwardWorkspaceBytes(int64_t rows, int64_t hidden) {
+  if (rows <= 0 || hidden <= 0 || hidden > kMaxHidden) return 0;
+  const std::size_t bytes =
+      static_cast<std::size_t>(2 * MostBackwardUnits(rows, hidden) * hidden) * sizeof(float);
   return (bytes + 255) / 256 * 256;
 }
 

@@ -8,7 +8,9 @@
 // the reason, where no GPU is visible.
 #include <algorithm>
 #include <deque>
+#include <random>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -310,6 +312,44 @@ TEST_F(GpuExecutorTest, AnExecutorTakenOutOfServiceRefusesUploadsAndFreesNothing
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
   EXPECT_NE(refused.status().message().find("cuda:0"), std::string::npos) << refused.status();
   held->reset();  // the deleter returns without cudaFree; nothing to observe but no hang
+}
+
+TEST_F(GpuExecutorTest, EachSlotHoldsTheBackwardWorkspaceFromStart) {
+  const DeviceDescription& d = executor_->device();
+  const GpuExecutorOptions defaults;
+  EXPECT_EQ(d.backward_workspace_bytes,
+            BackwardWorkspaceBound(4 << 20, defaults.max_hidden, defaults.max_request_rows));
+  EXPECT_GT(d.backward_workspace_bytes, 0);
+  // Two slots, each its staging buffer, its segment table and its workspace.
+  EXPECT_GT(d.device_buffer_bytes, 2 * ((int64_t{4} << 20) + d.backward_workspace_bytes));
+}
+
+// Every chunk of a backward request the edge's limits allow fits the bound:
+// H up to max_hidden, rows up to what one chunk of x, dy and dx (2 bytes an
+// element or more) can hold in the staging buffer. Host code: runs without
+// a GPU wherever the GPU backend is built.
+TEST(GpuBackendTest, BackwardWorkspaceBoundHoldsEveryChunkTheLimitsAllow) {
+  if (!GpuBackendCompiled()) GTEST_SKIP() << "this build has no CUDA backend";
+  constexpr int64_t kStaging = int64_t{4} << 20;
+  constexpr int64_t kMaxHidden = 65536;
+  const int64_t bound = BackwardWorkspaceBound(kStaging, kMaxHidden, int64_t{1} << 20);
+  std::mt19937_64 rng(TestSeed() + 41);
+  std::vector<int64_t> sizes = {1, 2, 5, 64, 257, 768, 2049, 4096, 8191, 32768, 65535, 65536};
+  for (int i = 0; i < 400; ++i) sizes.push_back(1 + static_cast<int64_t>(rng() % kMaxHidden));
+  for (int64_t hidden : sizes) {
+    const int64_t most_rows = kStaging / (6 * hidden);
+    ASSERT_GT(most_rows, 0);
+    for (int64_t rows : {int64_t{1}, most_rows, 1 + static_cast<int64_t>(rng() % most_rows)}) {
+      ASSERT_LE(BackwardChunkWorkspaceBytes(rows, hidden), bound)
+          << "H " << hidden << " rows " << rows;
+    }
+  }
+  // Not far above what the chunks need: a unit is at most a row, plus the
+  // offset classes (at most 8), two rows of H floats each.
+  EXPECT_LE(bound, 8 * (kStaging / 6 + 8 * kMaxHidden) + 256);
+  // Requests of one row: one unit, dgamma's and dbeta's partials of the
+  // longest row.
+  EXPECT_EQ(BackwardWorkspaceBound(kStaging, kMaxHidden, 1), 2 * kMaxHidden * 4);
 }
 
 TEST(GpuBackendTest, FaultInjectionNeedsAGpuExecutor) {

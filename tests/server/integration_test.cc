@@ -21,8 +21,7 @@ namespace {
 
 constexpr int64_t kHiddenSizes[] = {1, 3, 64, 100, 768, 1024, 4096};
 
-// Registered sets, for every hidden size: "g<H>" (FP32 gamma) and "gb<H>"
-// (FP32 gamma and beta, LayerNorm only).
+// Registered sets, for every H: "g<H>" (FP32 gamma), "gb<H>" (and beta, LayerNorm).
 struct RegisteredSets {
   std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> values;
 };
@@ -341,11 +340,10 @@ TEST_P(IntegrationTest, RequestsLargerThanABatchAndEmptyRequestsAreServed) {
   EXPECT_EQ(response.output().shape_size(), 3);
 }
 
-// Normalize's replies are encoded by the server itself (wire_response.h):
-// the bytes a client receives must be the message protobuf would write for
-// the same reply (so every protobuf parser reads them), for every result
-// tensor, request ids 0 and the largest, and an empty request; and the
-// same over NormalizeStream, whose replies wrap that encoding.
+// Normalize's replies are encoded by the server itself (wire_response.h): a
+// client must receive the bytes protobuf would write for the same reply, for
+// every result tensor, request ids 0 and the largest, and an empty request;
+// and the same over NormalizeStream, whose replies wrap that encoding.
 TEST_P(IntegrationTest, NormalizeRepliesAreTheBytesProtobufWouldWrite) {
   std::mt19937_64 rng(TestSeed() + 6);
   ForwardCase everything;  // residual_sum, mean and rstd, inline gamma and beta
@@ -454,10 +452,12 @@ TEST_P(IntegrationTest, ServerInfoReportsBackendLimitsAndBatching) {
   EXPECT_EQ(info.batching().idle_spin_us(), ResolveIdleSpinUs(-1, UsableCpus()));
   if (GetParam() == Backend::kCuda) {
     EXPECT_EQ(info.devices_size(), VisibleGpuCount());
-    EXPECT_EQ(info.limits().staging_buffer_bytes(), 2 << 20);
-    EXPECT_GT(info.limits().device_buffer_bytes(), 0);
+    const auto& l = info.limits();  // two slots, each its staging and its workspace (> 0)
+    EXPECT_EQ(l.staging_buffer_bytes(), 2 << 20);
+    EXPECT_GT(l.backward_workspace_bytes(), 0);
+    EXPECT_GT(l.device_buffer_bytes(), 2 * (2 << 20) + 2 * l.backward_workspace_bytes());
   } else {
-    EXPECT_EQ(info.devices_size(), 0);
+    EXPECT_EQ(info.devices_size() + info.limits().backward_workspace_bytes(), 0);
   }
 }
 

@@ -55,7 +55,10 @@ Status LaunchForwardWithUploadedTable(const ForwardSegment* segments, int count,
 // inside LaunchForward.
 Status LaunchForwardSegment(const ForwardSegment& segment, cudaStream_t stream);
 
-// Device memory LaunchBackward needs for its dgamma/dbeta partials.
+// Device memory LaunchBackward needs for its dgamma/dbeta partials: enough
+// for any launch of at most `rows` rows of `hidden` elements, whatever the
+// dtypes and alignment. Non-decreasing in `rows`, so a workspace sized for
+// the most rows a caller launches serves all its launches of that hidden size.
 std::size_t BackwardWorkspaceBytes(int64_t rows, int64_t hidden);
 
 // Backward of one tensor. dgamma/dbeta are reduced in two deterministic
