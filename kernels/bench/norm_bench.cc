@@ -104,7 +104,7 @@ Pool MakePool(DType dtype) {
 }
 
 std::string PlanName(const kernels::detail::KernelPlan& p) {
-  const char* layout[] = {"vector", "strided", "streamed"};
+  const char* layout[] = {"vector", "strided", "streamed", "staged"};
   char text[96];
   std::snprintf(text, sizeof(text), "%s V%d W%d RT%d G%d K%d", layout[static_cast<int>(p.layout)],
                 p.slots, p.width, p.row_threads, p.groups, p.cluster);

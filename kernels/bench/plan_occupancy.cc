@@ -50,6 +50,7 @@ const char* DTypeText(DType dtype) { return dtype == DType::kBF16 ? "bf16" : "fp
 std::string PlanText(const detail::KernelPlan& plan) {
   const char* layout = plan.layout == detail::Layout::kVector    ? "vector"
                        : plan.layout == detail::Layout::kStrided ? "strided"
+                       : plan.layout == detail::Layout::kStaged  ? "staged"
                                                                  : "streamed";
   return std::string(layout) + " V" + std::to_string(plan.slots) + " W" +
          std::to_string(plan.width) + " RT" + std::to_string(plan.row_threads) + " G" +

@@ -6,6 +6,7 @@
 #include "forward_lean_kernel.cuh"
 #include "forward_realign_kernel.cuh"
 #include "forward_ring_kernel.cuh"
+#include "forward_staged_kernel.cuh"
 #include "kernel_registry.h"
 
 namespace normsvc::kernels::detail {
@@ -27,6 +28,8 @@ ForwardKernel ForwardKernelFor(const KernelPlan& plan) {
       return nullptr;
     case Layout::kStreamed:
       return ForwardStreamedKernel<T>;
+    case Layout::kStaged:
+      return plan.width == kVectorWidth ? ForwardStagedKernel<T> : nullptr;
   }
   return nullptr;
 }

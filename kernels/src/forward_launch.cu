@@ -28,6 +28,7 @@ std::atomic<int64_t> ring_launches{0};
 std::atomic<ParamStaging> param_staging{ParamStaging::kOneWave};
 std::atomic<int64_t> param_staged_launches{0};
 std::atomic<int64_t> realign_launches{0};
+std::atomic<int64_t> staged_launches{0};
 
 }  // namespace
 
@@ -42,6 +43,8 @@ int64_t ParamStagedForwardLaunches() {
 }
 
 int64_t RealignForwardLaunches() { return realign_launches.load(std::memory_order_relaxed); }
+
+int64_t StagedForwardLaunches() { return staged_launches.load(std::memory_order_relaxed); }
 
 RingPolicy GetRingPolicy() { return ring_policy.load(std::memory_order_relaxed); }
 
@@ -69,7 +72,9 @@ constexpr std::size_t kTableEntryBytes =
 // row-register kernels are persistent: at most one wave of blocks, each
 // looping over its rows (a row's arithmetic does not depend on which block
 // or iteration handles it), with a per-thread gamma/beta cache in dynamic
-// shared memory. The streamed kernel takes one block per row.
+// shared memory. The staged kernel is persistent too (one wave of clusters,
+// each row's chunks in its blocks' shared memory); the streamed kernel takes
+// one block per row.
 constexpr int64_t kMaxFastUnits = int64_t{1} << 20;
 
 // Every forward kernel begins with BeginDependentGrid (grid_dependency.cuh),
@@ -142,6 +147,17 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
   if (kernel == nullptr) return Status(Code::kInternal, "no forward kernel for this plan");
   if (plan.layout == Layout::kStreamed) {
     return detail::LaunchWithPlan(kernel, plan, params.total_rows, 0, params, stream, kEarlyLaunch);
+  }
+  if (plan.layout == Layout::kStaged) {
+    const std::size_t smem = detail::StagedForwardSmemBytes(plan);
+    const int64_t resident = ResidentUnits(kernel, plan, smem);
+    if (resident <= 0) {
+      return Status(Code::kInternal, "the staged forward kernel's " + std::to_string(smem) +
+                                         " bytes of shared memory a block do not fit this device");
+    }
+    const Status launched = LaunchPersistent(kernel, plan, smem, resident, params, stream);
+    if (launched.ok()) detail::staged_launches.fetch_add(1, std::memory_order_relaxed);
+    return launched;
   }
   if (path != ForwardPath::kGeneral) {
     const Status launched = detail::LaunchWithPlan(

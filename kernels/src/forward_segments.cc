@@ -21,8 +21,8 @@ bool SharesRowOffsets(const void* p, int64_t row_stride, DType dtype, const Forw
 }  // namespace
 
 bool SegmentAllowsVectors(const ForwardSegment& s, const KernelPlan& plan) {
-  return plan.layout == Layout::kVector && s.hidden % plan.width == 0 &&
-         AllowsVectors(s.x, s.rows, s.x_row_stride, s.x_dtype) &&
+  return (plan.layout == Layout::kVector || plan.layout == Layout::kStaged) &&
+         s.hidden % plan.width == 0 && AllowsVectors(s.x, s.rows, s.x_row_stride, s.x_dtype) &&
          AllowsVectors(s.residual, s.rows, s.residual_row_stride, s.x_dtype) &&
          AllowsVectors(s.residual_out, s.rows, s.residual_out_row_stride, s.x_dtype) &&
          AllowsVectors(s.out, s.rows, s.out_row_stride, s.out_dtype) &&
@@ -48,7 +48,7 @@ uint64_t SegmentLaunchKey(const ForwardSegment& s, const KernelPlan& plan, Forwa
   key = key * 4 + static_cast<uint64_t>(plan.layout);
   key = key * 32 + static_cast<uint64_t>(plan.slots);
   key = key * 32 + static_cast<uint64_t>(plan.width);
-  key = key * 2048 + static_cast<uint64_t>(plan.row_threads);
+  key = key * 8192 + static_cast<uint64_t>(plan.row_threads);  // up to 4096 (a cluster's)
   key = key * 16 + static_cast<uint64_t>(plan.cluster);
   key = key * 2048 + static_cast<uint64_t>(plan.block_threads);
   key = key * 4 + static_cast<uint64_t>(s.param_dtype);  // sizes the parameter cache

@@ -20,8 +20,8 @@ using BackwardKernel = void (*)(BackwardParams);
 // dtypes and the alignment of the segment's pointers only; every family
 // gives the same bits for the same row.
 enum class ForwardPath : uint8_t {
-  // ForwardRowsKernel / ForwardStreamedKernel: any output dtype, any
-  // alignment (element-wise accesses where 16-byte ones are not allowed).
+  // ForwardRowsKernel / ForwardStagedKernel / ForwardStreamedKernel: any
+  // output dtype, any alignment (element-wise accesses where 16-byte ones are not allowed).
   kGeneral = 0,
   // ForwardLeanKernel (and its ring and parameter-staging variants): output
   // in the x dtype, and the vector layout with every row 16-byte aligned and
@@ -54,6 +54,9 @@ inline ForwardPath ChooseForwardPath(const KernelPlan& plan, DType x_dtype, DTyp
 // Launches of ForwardRealignKernel so far in this process (for tests that
 // must know which kernel served a launch).
 int64_t RealignForwardLaunches();
+
+// Launches of ForwardStagedKernel so far in this process (the same use).
+int64_t StagedForwardLaunches();
 
 // Whether a one-segment launch of the specialized kernel's vector layout with
 // four chunks a thread may take ForwardRingKernel instead (x staged through

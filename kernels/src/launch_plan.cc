@@ -72,6 +72,23 @@ KernelPlan Streamed() {
   return plan;
 }
 
+// Forward rows past the register layouts: staged in a cluster's shared
+// memory while they fit (kStagedMaxBlockBytes a block; blocks of
+// kStagedWideBlockThreads past kStagedTwoBlockBytes), else streamed. As few
+// chunks a thread as hold the row.
+KernelPlan StagedOrStreamed(int64_t hidden, int width) {
+  const int64_t chunks = CeilDiv(hidden, width);
+  int block_threads = kMaxBlockThreads;
+  int64_t slots = CeilDiv(chunks, int64_t{block_threads} * kMaxCluster);
+  const auto block_bytes = [&] { return static_cast<std::size_t>(slots * block_threads * 16); };
+  if (block_bytes() > kStagedTwoBlockBytes) {
+    block_threads = kStagedWideBlockThreads;
+    slots = CeilDiv(chunks, int64_t{block_threads} * kMaxCluster);
+  }
+  if (block_bytes() > kStagedMaxBlockBytes) return Streamed();
+  return InCluster(Layout::kStaged, static_cast<int>(slots), width, block_threads, kMaxCluster);
+}
+
 }  // namespace
 
 int64_t KernelPlan::Capacity() const {
@@ -83,7 +100,9 @@ int VectorWidth(DType dtype) { return static_cast<int>(16 / DTypeSize(dtype)); }
 
 // Forward: up to 4 chunks (64 bytes of x) per thread in the vector layout; a
 // row takes one warp or less up to 128 chunks, one block (at most
-// kMaxBlockThreads) up to 2048 chunks, then a cluster of up to 8 blocks.
+// kMaxBlockThreads) up to 2048 chunks, then a cluster of up to 8 blocks;
+// longer rows are staged in a cluster's shared memory, or streamed past
+// that (StagedOrStreamed).
 // Hidden sizes that are not a multiple of the vector width take the same
 // layout with a partial last chunk up to 3 * kMaxBlockThreads chunks: the
 // per-element work is the vector layout's (a thread's chunk is 16
@@ -117,7 +136,7 @@ KernelPlan PlanForward(int64_t hidden, DType x_dtype) {
       return InCluster(Layout::kStrided, 16, 1, kMaxBlockThreads,
                        static_cast<int>(CeilDiv(hidden, 16 * kMaxBlockThreads)));
     }
-    return Streamed();
+    return StagedOrStreamed(hidden, w);
   }
   if (chunks <= 4 * kMaxBlockThreads) {
     return InBlock(Layout::kVector, 4, w, std::max(32, PowerOfTwoAtLeast(CeilDiv(chunks, 4))));
@@ -126,7 +145,7 @@ KernelPlan PlanForward(int64_t hidden, DType x_dtype) {
     return InCluster(Layout::kVector, 4, w, kMaxBlockThreads,
                      static_cast<int>(CeilDiv(chunks, 4 * kMaxBlockThreads)));
   }
-  return Streamed();
+  return StagedOrStreamed(hidden, w);
 }
 
 // Backward holds the dgamma/dbeta accumulators of its columns per thread:

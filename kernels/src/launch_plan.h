@@ -40,8 +40,17 @@ enum class Layout : uint8_t {
   // kRealignMaxChunks chunks.
   kStrided = 1,
   // Rows too large for registers: one 1024-thread block per row re-reads the
-  // row from global memory (forward: 3 passes; backward: up to 4).
+  // row from global memory (forward: 3 passes; backward: up to 4). Forward
+  // rows take it only beyond the staged layout's capacity.
   kStreamed = 2,
+  // Forward rows too large for registers that fit in the shared memory of a
+  // cluster (ForwardStagedKernel, forward_staged_kernel.cuh): chunks of
+  // `width` elements (16 bytes of x, a partial last chunk allowed) mapped as
+  // in kVector, a thread's `slots` chunks held in its block's shared memory;
+  // a cluster of kMaxClusterBlocks blocks of kMaxBlockThreads or
+  // kStagedWideBlockThreads a row (below). Each element is read from global
+  // memory once.
+  kStaged = 3,
 };
 
 // The most blocks of a row's cluster (the portable cluster size): the
@@ -49,7 +58,7 @@ enum class Layout : uint8_t {
 inline constexpr int kMaxClusterBlocks = 8;
 
 // The most threads of a block of register-resident rows, and the block size
-// of every cluster plan (kernels' launch bounds rely on it).
+// of every cluster plan but the staged ones (kernels' launch bounds rely on it).
 inline constexpr int kMaxBlockThreads = 512;
 
 // ForwardRealignKernel holds two aligned chunks a slot; with four slots it
@@ -271,5 +280,22 @@ int RealignBackwardResidentBlocks(const KernelPlan& plan, int64_t hidden);
 
 // Threads per block of the streamed (multi-pass) kernels.
 inline constexpr int kStreamedThreads = 1024;
+
+// Staged forward plans (Layout::kStaged): a cluster of kMaxClusterBlocks
+// blocks a row, each thread's chunks in its block's shared memory, at most
+// kStagedMaxBlockBytes a block (within kMaxDynamicSmem), so a cluster holds
+// rows of up to 98,304 chunks (fp32 H = 393,216, 16-bit H = 786,432); longer
+// rows are streamed. Blocks of kMaxBlockThreads while a block's chunks take
+// at most kStagedTwoBlockBytes (two blocks a multiprocessor), else of
+// kStagedWideBlockThreads (one block a multiprocessor either way, and a
+// thread's chain of chunks half as long).
+inline constexpr std::size_t kStagedMaxBlockBytes = 192 * 1024;
+inline constexpr std::size_t kStagedTwoBlockBytes = 96 * 1024;
+inline constexpr int kStagedWideBlockThreads = 1024;
+
+// Dynamic shared memory of a staged forward launch: each thread's chunks.
+constexpr std::size_t StagedForwardSmemBytes(const KernelPlan& plan) {
+  return static_cast<std::size_t>(plan.block_threads) * static_cast<std::size_t>(plan.slots) * 16;
+}
 
 }  // namespace normsvc::kernels::detail

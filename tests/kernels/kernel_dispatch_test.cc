@@ -43,7 +43,8 @@ TEST(KernelDispatch, EveryForwardPlanHasItsKernels) {
       for (DType param_dtype : {dtype, DType::kF32}) {
         for (bool single : {true, false}) {
           const bool whole_chunks =
-              plan.layout == detail::Layout::kVector && hidden % plan.width == 0;
+              (plan.layout == detail::Layout::kVector || plan.layout == detail::Layout::kStaged) &&
+              hidden % plan.width == 0;
           for (bool vectorized : {true, false}) {
             // 16-byte accesses need rows of whole chunks (forward_segments.cc).
             if (vectorized && !whole_chunks) continue;

@@ -19,6 +19,7 @@ void ExpectValid(const KernelPlan& p, int64_t hidden, DType dtype, bool forward)
                             " H=" + std::to_string(hidden);
   ASSERT_GE(p.Capacity(), hidden) << where;
   const int most_threads = p.layout == Layout::kStreamed       ? kStreamedThreads
+                           : p.layout == Layout::kStaged       ? kStagedWideBlockThreads
                            : !forward && UsesStagedBackward(p) ? kBackwardStagedBlockThreads
                                                                : 512;
   ASSERT_LE(p.block_threads, most_threads) << where;
@@ -28,6 +29,32 @@ void ExpectValid(const KernelPlan& p, int64_t hidden, DType dtype, bool forward)
     ASSERT_LE(BackwardDynamicSmemBytes(p), kMaxDynamicSmem) << where;
   }
   if (p.layout == Layout::kStreamed) return;
+  if (p.layout == Layout::kStaged) {
+    // Forward rows past what the register layouts hold (vector: 4 chunks a
+    // thread of 8 blocks; strided: 16 elements a thread of 8 blocks).
+    ASSERT_TRUE(forward) << where;
+    ASSERT_EQ(p.width, VectorWidth(dtype)) << where;
+    const int64_t chunks = (hidden + p.width - 1) / p.width;
+    const int64_t register_capacity = hidden % p.width == 0
+                                          ? int64_t{4} * kMaxBlockThreads * kMaxClusterBlocks
+                                          : int64_t{16} * kMaxBlockThreads * kMaxClusterBlocks;
+    ASSERT_GT(hidden % p.width == 0 ? chunks : hidden, register_capacity) << where;
+    ASSERT_EQ(p.cluster, kMaxClusterBlocks) << where;
+    ASSERT_EQ(p.groups, 1) << where;
+    ASSERT_EQ(p.row_threads, p.block_threads * p.cluster) << where;
+    // As few slots as hold the row, within the shared memory a block may
+    // have; wide blocks only where blocks of 512 would take more than
+    // two-block bytes.
+    ASSERT_EQ(p.slots, (chunks + p.row_threads - 1) / p.row_threads) << where;
+    ASSERT_LE(StagedForwardSmemBytes(p), kStagedMaxBlockBytes) << where;
+    ASSERT_LE(kStagedMaxBlockBytes, kMaxDynamicSmem);
+    const int64_t narrow_slots = (chunks + kMaxBlockThreads * kMaxClusterBlocks - 1) /
+                                 (kMaxBlockThreads * kMaxClusterBlocks);
+    const bool narrow_fits =
+        static_cast<std::size_t>(narrow_slots * kMaxBlockThreads * 16) <= kStagedTwoBlockBytes;
+    ASSERT_EQ(p.block_threads, narrow_fits ? kMaxBlockThreads : kStagedWideBlockThreads) << where;
+    return;
+  }
   ASSERT_GE(p.cluster, 1) << where;
   ASSERT_LE(p.cluster, 8) << where;
   if (p.cluster == 1) {
@@ -116,7 +143,24 @@ TEST(LaunchPlan, KnownShapes) {
   // fp32 H=65536: a cluster of 8 blocks of 512.
   const KernelPlan big = PlanForward(65536, DType::kF32);
   EXPECT_EQ(big.cluster, 8);
+  // Longer rows: staged in the shared memory of a cluster of 8 blocks while
+  // they fit (fp32 H = 262144: 65536 chunks, 8 a thread of blocks of 1024,
+  // 128 KiB a block; bf16: 8 a thread of blocks of 512, 64 KiB; bf16 131073:
+  // a partial last chunk), streamed past 192 KiB a block.
+  const KernelPlan staged = PlanForward(262144, DType::kF32);
+  EXPECT_EQ(staged.layout, Layout::kStaged);
+  EXPECT_EQ(staged.slots, 8);
+  EXPECT_EQ(staged.block_threads, 1024);
+  EXPECT_EQ(staged.cluster, 8);
+  EXPECT_EQ(PlanForward(262144, DType::kBF16).slots, 8);
+  EXPECT_EQ(PlanForward(262144, DType::kBF16).block_threads, 512);
+  EXPECT_EQ(PlanForward(131073, DType::kBF16).layout, Layout::kStaged);
+  EXPECT_EQ(PlanForward(65537, DType::kF32).layout, Layout::kStaged);
+  EXPECT_EQ(PlanForward(65536, DType::kF32).layout, Layout::kVector);
+  EXPECT_EQ(PlanForward(393216, DType::kF32).layout, Layout::kStaged);
+  EXPECT_EQ(PlanForward(393217, DType::kF32).layout, Layout::kStreamed);
   EXPECT_EQ(PlanForward(kMaxHidden, DType::kBF16).layout, Layout::kStreamed);
+  EXPECT_EQ(PlanBackward(262144, DType::kF32).layout, Layout::kStreamed);
   // Backward bf16 H=4096: 512 chunks, 2 a thread: 256 threads a row, 3 rows
   // in a block of 768 (the staged kernel).
   const KernelPlan b = PlanBackward(4096, DType::kBF16);

@@ -1,0 +1,135 @@
+// The staged forward kernel (rows too long for registers, held in the
+// shared memory of a cluster: Layout::kStaged in kernels/src/launch_plan.h)
+// against the double reference on every dtype, op and affine combination,
+// aligned and misaligned rows, H not a multiple of the vector width, the
+// fused residual, fp32 parameters and another output dtype, rows with a
+// large mean; more rows than the device holds clusters at once (the
+// persistent loop); the launch counter says the staged kernel served each;
+// and the same rows bit for bit inside a multi-segment launch beside rows of
+// other hidden sizes.
+#include <memory>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gpu_forward_case.h"
+#include "gpu_test_support.h"
+#include "kernel_registry.h"
+#include "launch_plan.h"
+#include "normsvc/kernels/gpu.h"
+
+namespace normsvc::kernels::testing {
+namespace {
+
+// Runs the case alone and asserts that the staged kernel served it.
+std::vector<uint8_t> RunStaged(ForwardCase& c) {
+  c.PoisonOutputs();
+  const int64_t before = detail::StagedForwardLaunches();
+  const Status st = LaunchForwardSegment(c.Segment(), nullptr);
+  EXPECT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(detail::StagedForwardLaunches(), before + 1)
+      << "not served by the staged kernel: " << Describe(c.spec());
+  return c.OutputBytes();
+}
+
+TEST(ForwardStaged, PlansOfLongRows) {
+  // Host-side facts the GPU cases below rely on.
+  EXPECT_EQ(detail::PlanForward(262144, DType::kF32).layout, detail::Layout::kStaged);
+  EXPECT_EQ(detail::PlanForward(393216, DType::kF32).slots, 12);  // 192 KiB a block of 1024
+  EXPECT_EQ(detail::PlanForward(131073, DType::kBF16).layout, detail::Layout::kStaged);
+}
+
+TEST(ForwardStaged, MatchesReferenceOnEveryVariant) {
+  NORMSVC_REQUIRE_GPU();
+  std::mt19937_64 rng = SeededRng("staged forward");
+  int variant = 0;
+  // fp32 65537 and 16-bit 131073: just past the register layouts; 262143: a
+  // partial last chunk; 393216 (fp32): the most a cluster holds. Blocks of
+  // 512 (fp32 65537, bf16 262144) and of 1024 (fp32 262144).
+  for (int64_t hidden : {65537, 131073, 262143, 262144, 393216}) {
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      if (detail::PlanForward(hidden, dtype).layout != detail::Layout::kStaged) continue;
+      for (int repeat = 0; repeat < 2; ++repeat) {
+        ++variant;
+        ForwardSpec spec;
+        spec.op = variant % 2 ? NormOp::kLayerNorm : NormOp::kRmsNorm;
+        spec.x_dtype = dtype;
+        spec.out_dtype = variant % 5 == 3 ? DType::kF32 : dtype;
+        spec.param_dtype = dtype != DType::kF32 && variant % 3 == 0 ? DType::kF32 : dtype;
+        spec.rows = repeat == 0 ? 3 : 1;
+        spec.hidden = hidden;
+        spec.offset = variant % 3 == 2 ? 1 : 0;  // 1: element-wise accesses
+        spec.x_pad = variant % 4 == 1 ? 3 : 0;
+        spec.gamma = variant % 4 != 3;
+        spec.beta = variant % 5 != 4;
+        spec.residual = variant % 3 == 1;
+        spec.residual_out = spec.residual && variant % 2 == 0;
+        spec.stats = true;
+        if (variant % 7 == 5) {
+          spec.x_mean = 1e4;  // catastrophic cancellation for a one-pass variance
+          spec.x_stddev = 1e-2;
+        }
+        ForwardCase c(spec, rng);
+        c.Upload();
+        RunStaged(c);
+        c.Check("staged");
+      }
+    }
+  }
+  EXPECT_GT(variant, 20);
+}
+
+// More rows than clusters fit at once (one 128 KiB block of 1024 threads a
+// multiprocessor at fp32 262144: about 16 clusters on an H200), so each
+// cluster loops over rows and alternates its reduction slots.
+TEST(ForwardStaged, PersistentClustersLoopOverManyRows) {
+  NORMSVC_REQUIRE_GPU();
+  std::mt19937_64 rng = SeededRng("staged forward, many rows");
+  for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+    ForwardSpec spec;
+    spec.op = op;
+    spec.rows = 67;
+    spec.hidden = 262144;
+    spec.stats = true;
+    ForwardCase c(spec, rng);
+    c.Upload();
+    RunStaged(c);
+    c.Check("staged, many rows");
+  }
+}
+
+// Batch invariance: the staged rows give the same bits alone and in one
+// launch beside rows of other sizes (a short row, a row of the register
+// cluster layout) and other staged sizes that share their plan (bf16 262144
+// and 262143: 8 chunks a thread), aligned and misaligned.
+TEST(ForwardStaged, RowsGiveTheSameBitsInAMixedLaunch) {
+  NORMSVC_REQUIRE_GPU();
+  std::mt19937_64 rng = SeededRng("staged forward, mixed launch");
+  std::vector<std::unique_ptr<ForwardCase>> cases;
+  int variant = 0;
+  for (int64_t hidden : {262144, 262143, 4096, 65536}) {
+    ++variant;
+    ForwardSpec spec;
+    spec.op = variant % 2 ? NormOp::kLayerNorm : NormOp::kRmsNorm;
+    spec.x_dtype = spec.out_dtype = spec.param_dtype = DType::kBF16;
+    spec.rows = hidden >= 262143 ? 5 : 7;
+    spec.hidden = hidden;
+    spec.stats = true;
+    spec.residual = variant == 2;
+    spec.residual_out = variant == 2;
+    AddAlignedAndMisalignedPair(spec, rng, cases);
+  }
+  std::vector<std::vector<uint8_t>> alone;
+  std::vector<ForwardSegment> segments;
+  for (auto& c : cases) {
+    alone.push_back(RunAlone(*c));
+    segments.push_back(c->Segment());
+  }
+  // Aligned and misaligned copies of the same rows give the same bits.
+  EXPECT_EQ(cases[0]->DenseOutputBytes(), cases[1]->DenseOutputBytes());
+  CheckMixedLaunchBothWays(segments, cases, alone, "staged, mixed launch");
+}
+
+}  // namespace
+}  // namespace normsvc::kernels::testing
