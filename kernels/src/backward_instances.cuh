@@ -73,6 +73,8 @@ BackwardKernel BackwardKernelFor(const KernelPlan& plan, int64_t hidden, NormOp 
       return nullptr;
     case Layout::kStreamed:
       return BackwardStreamedKernel<T>;
+    case Layout::kStaged:
+      return nullptr;  // forward plans only (PlanBackward never makes one)
   }
   return nullptr;
 }

@@ -48,7 +48,7 @@ uint64_t SegmentLaunchKey(const ForwardSegment& s, const KernelPlan& plan, Forwa
   key = key * 4 + static_cast<uint64_t>(plan.layout);
   key = key * 32 + static_cast<uint64_t>(plan.slots);
   key = key * 32 + static_cast<uint64_t>(plan.width);
-  key = key * 8192 + static_cast<uint64_t>(plan.row_threads);  // up to 4096 (a cluster's)
+  key = key * 16384 + static_cast<uint64_t>(plan.row_threads);  // up to 8192 (a cluster of 1024s)
   key = key * 16 + static_cast<uint64_t>(plan.cluster);
   key = key * 2048 + static_cast<uint64_t>(plan.block_threads);
   key = key * 4 + static_cast<uint64_t>(s.param_dtype);  // sizes the parameter cache

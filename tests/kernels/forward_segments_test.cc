@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <map>
+#include <set>
+#include <tuple>
 #include <utility>
 
 namespace normsvc::kernels::detail {
@@ -138,6 +141,40 @@ TEST(ForwardSegments, TheKernelFamilyIsPartOfTheLaunchKey) {
   EXPECT_NE(SegmentLaunchKey(aligned, plan, a), SegmentLaunchKey(misaligned, plan, b));
   EXPECT_EQ(ToDeviceSegment(aligned, plan, 0).vectorized, 1);
   EXPECT_EQ(ToDeviceSegment(misaligned, plan, 0).vectorized, 0);
+}
+
+// Segments share a launch exactly when their keys are equal, so two
+// different launch configurations must never get the same key: every plan
+// PlanForward makes (each distinct plan of every H once), with every op,
+// parameter dtype and kernel family.
+TEST(ForwardSegments, DifferentLaunchConfigurationsGetDifferentKeys) {
+  using PlanFields = std::tuple<Layout, int, int, int, int, int>;
+  using Config = std::tuple<DType, NormOp, PlanFields, DType, ForwardPath>;
+  std::map<uint64_t, Config> seen;
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    std::set<PlanFields> plans;
+    for (int64_t hidden = 1; hidden <= kMaxHidden; ++hidden) {
+      const KernelPlan plan = PlanForward(hidden, dtype);
+      const PlanFields fields{plan.layout,      plan.slots,   plan.width,
+                              plan.row_threads, plan.cluster, plan.block_threads};
+      if (!plans.insert(fields).second) continue;
+      for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+        for (DType param_dtype : {dtype, DType::kF32}) {
+          for (ForwardPath path :
+               {ForwardPath::kGeneral, ForwardPath::kLean, ForwardPath::kRealign}) {
+            ForwardSegment s = Contiguous(dtype, 1, hidden);
+            s.op = op;
+            s.param_dtype = param_dtype;
+            const Config config{dtype, op, fields, param_dtype, path};
+            const auto [it, inserted] = seen.emplace(SegmentLaunchKey(s, plan, path), config);
+            ASSERT_TRUE(inserted || it->second == config)
+                << DTypeName(dtype) << " H=" << hidden << ": key shared with another configuration";
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(seen.size(), 100u);
 }
 
 }  // namespace
