@@ -85,10 +85,16 @@ constexpr bool kEarlyLaunch = true;
 // plan.cluster blocks) with `smem` bytes of dynamic shared memory, each
 // looping over its row groups.
 // Units (blocks, or clusters of plan.cluster blocks) of `kernel` that fit on
-// the device at once; 0 when the query fails.
+// the device at once; 0 when the query fails. Clusters are counted by the
+// runtime (ResidentClusters), not as blocks / cluster: a persistent
+// cluster launched beyond those that fit waits until one of them has done
+// all its rows, then does its own (BENCHMARKS.md, round 28).
 int64_t ResidentUnits(detail::ForwardKernel kernel, const KernelPlan& plan, std::size_t smem) {
-  return detail::ResidentBlocks(reinterpret_cast<const void*>(kernel), plan.block_threads, smem) /
-         plan.cluster;
+  const void* entry = reinterpret_cast<const void*>(kernel);
+  if (plan.cluster > 1) {
+    return detail::ResidentClusters(entry, plan.block_threads, plan.cluster, smem);
+  }
+  return detail::ResidentBlocks(entry, plan.block_threads, smem);
 }
 
 Status LaunchPersistent(detail::ForwardKernel kernel, const KernelPlan& plan, std::size_t smem,

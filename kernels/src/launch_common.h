@@ -45,6 +45,14 @@ cudaError_t RaiseDynamicSmemLimit(const void* kernel, std::size_t* limit);
 // size, shared memory); 0 when a query fails.
 int64_t ResidentBlocks(const void* kernel, int block_threads, std::size_t dynamic_smem);
 
+// Clusters of `cluster` blocks of `kernel` that fit on the current device at
+// once (cudaOccupancyMaxActiveClusters: a cluster's blocks must share one
+// GPC, so fewer than ResidentBlocks / cluster: 15, not 16, clusters of 8 at
+// one block a multiprocessor on the H200). Raises the shared memory limit
+// and caches as ResidentBlocks does; 0 when a query fails or none fits.
+int64_t ResidentClusters(const void* kernel, int block_threads, int cluster,
+                         std::size_t dynamic_smem);
+
 // The current device's multiprocessor count (cached; 0 when the query fails).
 int64_t MultiprocessorCount();
 

@@ -15,6 +15,7 @@
 #include "gpu_forward_case.h"
 #include "gpu_test_support.h"
 #include "kernel_registry.h"
+#include "launch_common.h"
 #include "launch_plan.h"
 #include "normsvc/kernels/gpu.h"
 
@@ -80,22 +81,42 @@ TEST(ForwardStaged, MatchesReferenceOnEveryVariant) {
   EXPECT_GT(variant, 20);
 }
 
-// More rows than clusters fit at once (one 128 KiB block of 1024 threads a
-// multiprocessor at fp32 262144: about 16 clusters on an H200), so each
-// cluster loops over rows and alternates its reduction slots.
+// More rows than clusters fit at once, so each cluster loops over rows and
+// alternates its reduction slots: fp32 262144 (one 128 KiB block of 1024
+// threads a multiprocessor: 15 clusters on an H200) and bf16 262144 (two
+// blocks of 512 a multiprocessor), the latter misaligned with a residual
+// (the register path into the stage). The launch takes as many clusters as
+// the runtime says fit (ResidentClusters), fewer than blocks / cluster.
 TEST(ForwardStaged, PersistentClustersLoopOverManyRows) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("staged forward, many rows");
-  for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
-    ForwardSpec spec;
-    spec.op = op;
-    spec.rows = 67;
-    spec.hidden = 262144;
-    spec.stats = true;
-    ForwardCase c(spec, rng);
-    c.Upload();
-    RunStaged(c);
-    c.Check("staged, many rows");
+  int variant = 0;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+      ++variant;
+      ForwardSpec spec;
+      spec.op = op;
+      spec.x_dtype = spec.out_dtype = spec.param_dtype = dtype;
+      spec.rows = 67;
+      spec.hidden = 262144;
+      spec.stats = true;
+      spec.offset = dtype == DType::kBF16 ? 1 : 0;
+      spec.residual = spec.residual_out = dtype == DType::kBF16 && variant % 2 == 1;
+      const detail::KernelPlan plan = detail::PlanForward(spec.hidden, dtype);
+      const void* kernel = reinterpret_cast<const void*>(
+          detail::FindForwardKernel(dtype, plan, detail::ForwardPath::kGeneral, dtype, true));
+      ASSERT_NE(kernel, nullptr);
+      const std::size_t smem = detail::StagedForwardSmemBytes(plan);
+      const int64_t clusters =
+          detail::ResidentClusters(kernel, plan.block_threads, plan.cluster, smem);
+      ASSERT_GT(clusters, 0);
+      ASSERT_LT(clusters, spec.rows) << "the clusters would not loop";
+      EXPECT_LE(clusters * plan.cluster, detail::ResidentBlocks(kernel, plan.block_threads, smem));
+      ForwardCase c(spec, rng);
+      c.Upload();
+      RunStaged(c);
+      c.Check("staged, many rows");
+    }
   }
 }
 
@@ -111,7 +132,8 @@ TEST(ForwardStaged, RowsGiveTheSameBitsInAMixedLaunch) {
   for (int64_t hidden : {262144, 262143, 4096, 65536}) {
     ++variant;
     ForwardSpec spec;
-    spec.op = variant % 2 ? NormOp::kLayerNorm : NormOp::kRmsNorm;
+    // The two staged sizes with one op: they share a launch.
+    spec.op = hidden >= 262143 ? NormOp::kLayerNorm : NormOp::kRmsNorm;
     spec.x_dtype = spec.out_dtype = spec.param_dtype = DType::kBF16;
     spec.rows = hidden >= 262143 ? 5 : 7;
     spec.hidden = hidden;
