@@ -93,10 +93,12 @@ absl::Status GpuExecutor::Initialize() {
       const cudaError_t allocated = cudaMalloc(&slot.backward_workspace, workspace);
       if (allocated == cudaErrorMemoryAllocation) {
         cudaGetLastError();
-        return absl::ResourceExhaustedError(absl::StrCat(
-            device_.label, ": no device memory for the backward workspace of ", workspace,
-            " bytes a batch slot (what --max_hidden_size ", options_.max_hidden,
-            " and --staging_buffer_bytes ", options_.staging_bytes, " need)"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat(device_.label, ": no device memory for the backward workspace of ",
+                         workspace, " bytes a batch slot, ", slots_.size(),
+                         " slots (--batches_in_flight); its size follows --max_hidden_size ",
+                         options_.max_hidden, ", --max_request_rows ", options_.max_request_rows,
+                         " and --staging_buffer_bytes ", options_.staging_bytes));
       }
       NORMSVC_CUDA_TRY(allocated);
       slot.backward_workspace_bytes = workspace;
