@@ -210,8 +210,16 @@ __device__ __forceinline__ void StoreOutput(void* row, uint8_t dtype, int64_t in
 }
 
 // Parameters (gamma, beta) are shared by every row: read-only cached loads.
+// A row's partial last chunk (`elements` < W) reads only its elements; the
+// rest of `v` is zero.
 template <typename P, int W>
-__device__ __forceinline__ void LoadParamsAs(const P* p, bool vectorized, float (&v)[W]) {
+__device__ __forceinline__ void LoadParamsAs(const P* p, bool vectorized, float (&v)[W],
+                                             int elements = W) {
+  if (elements < W) {
+#pragma unroll
+    for (int j = 0; j < W; ++j) v[j] = j < elements ? ToFloat(p[j]) : 0.0f;
+    return;
+  }
   Pack<P, W> pack;
   constexpr int kBytes = static_cast<int>(sizeof(P)) * W;
   if constexpr (kBytes >= 16) {
@@ -237,14 +245,15 @@ __device__ __forceinline__ void LoadParamsAs(const P* p, bool vectorized, float 
   for (int j = 0; j < W; ++j) v[j] = ToFloat(p[j]);
 }
 
-// Reads W parameters at element `index`; `param_dtype` is fp32 or T.
+// Reads W parameters at element `index` (the first `elements` of them, the
+// rest zero); `param_dtype` is fp32 or T.
 template <typename T, int W>
 __device__ __forceinline__ void LoadParams(const void* base, uint8_t param_dtype, int64_t index,
-                                           bool vectorized, float (&v)[W]) {
+                                           bool vectorized, float (&v)[W], int elements = W) {
   if (static_cast<DType>(param_dtype) == DType::kF32) {
-    LoadParamsAs<float, W>(static_cast<const float*>(base) + index, vectorized, v);
+    LoadParamsAs<float, W>(static_cast<const float*>(base) + index, vectorized, v, elements);
   } else {
-    LoadParamsAs<T, W>(static_cast<const T*>(base) + index, vectorized, v);
+    LoadParamsAs<T, W>(static_cast<const T*>(base) + index, vectorized, v, elements);
   }
 }
 

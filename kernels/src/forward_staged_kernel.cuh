@@ -26,28 +26,6 @@
 
 namespace normsvc::kernels::detail {
 
-// gamma/beta of the first `elements` (1..W) of the chunk at `index`; the
-// rest zero. A partial last chunk must not read past the row's parameters.
-template <typename T, int W>
-__device__ __forceinline__ void LoadPartialParams(const void* base, uint8_t param_dtype,
-                                                  int64_t index, bool vectorized, int elements,
-                                                  float (&v)[W]) {
-  if (elements >= W) {
-    LoadParams<T, W>(base, param_dtype, index, vectorized, v);
-    return;
-  }
-#pragma unroll
-  for (int j = 0; j < W; ++j) {
-    if (j >= elements) {
-      v[j] = 0.0f;
-    } else if (static_cast<DType>(param_dtype) == DType::kF32) {
-      v[j] = static_cast<const float*>(base)[index + j];
-    } else {
-      v[j] = ToFloat(static_cast<const T*>(base)[index + j]);
-    }
-  }
-}
-
 // Chunks a thread normalizes together at the end (their parameters' loads in flight together).
 inline constexpr int kOutputChunksAStep = 2;
 
@@ -156,10 +134,10 @@ __global__ void __launch_bounds__(kStagedWideBlockThreads, 1)
         const int64_t index = static_cast<int64_t>(chunk) * W;
         const int elements = ChunkElements<W>(chunk, s.hidden);
         if (r.gamma != nullptr) {
-          LoadPartialParams<T, W>(r.gamma, r.param_dtype, index, vectorized, elements, g[u]);
+          LoadParams<T, W>(r.gamma, r.param_dtype, index, vectorized, g[u], elements);
         }
         if (r.beta != nullptr) {
-          LoadPartialParams<T, W>(r.beta, r.param_dtype, index, vectorized, elements, b[u]);
+          LoadParams<T, W>(r.beta, r.param_dtype, index, vectorized, b[u], elements);
         }
       }
 #pragma unroll
