@@ -12,6 +12,7 @@
 
 #include "gpu_forward_case.h"
 #include "gpu_test_support.h"
+#include "launch_plan.h"
 #include "normsvc/kernels/gpu.h"
 #include "ring_policy.h"
 
@@ -40,6 +41,8 @@ TEST(ForwardRing, MatchesReferenceAndShortSegmentsBitForBit) {
   int variant = 0;
   for (int64_t hidden : {768, 1024, 4096, 8192, 16384, 65536}) {
     for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      // fp32 65536 is staged (launch_plan.cc, StagesClusterRow): no ring.
+      if (detail::PlanForward(hidden, dtype).layout != detail::Layout::kVector) continue;
       ++variant;
       const int64_t width = 16 / static_cast<int64_t>(DTypeSize(dtype));
       ForwardSpec spec;

@@ -1,5 +1,6 @@
-// The staged forward kernel (rows too long for registers, held in the
-// shared memory of a cluster: Layout::kStaged in kernels/src/launch_plan.h)
+// The staged forward kernel (rows too long for registers, and fp32 rows of
+// more than two register blocks, held in the shared memory of a cluster:
+// Layout::kStaged in kernels/src/launch_plan.h)
 // against the double reference on every dtype, op and affine combination,
 // aligned and misaligned rows, H not a multiple of the vector width, the
 // fused residual, fp32 parameters and another output dtype, rows with a
@@ -45,10 +46,12 @@ TEST(ForwardStaged, MatchesReferenceOnEveryVariant) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("staged forward");
   int variant = 0;
-  // fp32 65537 and 16-bit 131073: just past the register layouts; 262143: a
+  // fp32 16388, 32768 and 65536: rows the register layouts hold that are
+  // staged in clusters of 2 to 4 blocks, 8 chunks a thread or fewer; fp32
+  // 65537 and 16-bit 131073: just past the register layouts; 262143: a
   // partial last chunk; 393216 (fp32): the most a cluster holds. Blocks of
   // 512 (fp32 65537, bf16 262144) and of 1024 (fp32 262144).
-  for (int64_t hidden : {65537, 131073, 262143, 262144, 393216}) {
+  for (int64_t hidden : {16388, 32768, 65536, 65537, 131073, 262143, 262144, 393216}) {
     for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
       if (detail::PlanForward(hidden, dtype).layout != detail::Layout::kStaged) continue;
       for (int repeat = 0; repeat < 2; ++repeat) {
@@ -85,20 +88,28 @@ TEST(ForwardStaged, MatchesReferenceOnEveryVariant) {
 // alternates its reduction slots: fp32 262144 (one 128 KiB block of 1024
 // threads a multiprocessor: 15 clusters on an H200) and bf16 262144 (two
 // blocks of 512 a multiprocessor), the latter misaligned with a residual
-// (the register path into the stage). The launch takes as many clusters as
-// the runtime says fit (ResidentClusters), fewer than blocks / cluster.
+// (the register path into the stage), and fp32 65536 (clusters of 4). The launch takes as many
+// clusters as the runtime says fit (ResidentClusters), fewer than blocks / cluster.
 TEST(ForwardStaged, PersistentClustersLoopOverManyRows) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("staged forward, many rows");
   int variant = 0;
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
+  struct Shape {
+    DType dtype;
+    int64_t hidden;
+    int64_t rows;
+  };
+  // fp32 65536: clusters of 4 blocks of 512, about 60 at once.
+  for (const Shape& shape : {Shape{DType::kF32, 262144, 67}, Shape{DType::kBF16, 262144, 67},
+                             Shape{DType::kF32, 65536, 150}}) {
     for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
       ++variant;
+      const DType dtype = shape.dtype;
       ForwardSpec spec;
       spec.op = op;
       spec.x_dtype = spec.out_dtype = spec.param_dtype = dtype;
-      spec.rows = 67;
-      spec.hidden = 262144;
+      spec.rows = shape.rows;
+      spec.hidden = shape.hidden;
       spec.stats = true;
       spec.offset = dtype == DType::kBF16 ? 1 : 0;
       spec.residual = spec.residual_out = dtype == DType::kBF16 && variant % 2 == 1;

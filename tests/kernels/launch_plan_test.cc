@@ -30,11 +30,23 @@ void ExpectValid(const KernelPlan& p, int64_t hidden, DType dtype, bool forward)
   }
   if (p.layout == Layout::kStreamed) return;
   if (p.layout == Layout::kStaged) {
-    // Forward rows past what the register layouts hold (vector: 4 chunks a
-    // thread of 8 blocks; strided: 16 elements a thread of 8 blocks).
     ASSERT_TRUE(forward) << where;
     ASSERT_EQ(p.width, VectorWidth(dtype)) << where;
     const int64_t chunks = (hidden + p.width - 1) / p.width;
+    if (dtype == DType::kF32 && hidden % p.width == 0 &&
+        chunks <= int64_t{4} * kMaxBlockThreads * kMaxClusterBlocks) {
+      // fp32 rows past two register blocks: 8 chunks a thread of blocks of
+      // 512, in as few blocks as hold the row.
+      ASSERT_GT(chunks, int64_t{4} * kMaxBlockThreads * 2) << where;
+      ASSERT_EQ(p.block_threads, kMaxBlockThreads) << where;
+      ASSERT_EQ(p.cluster, (chunks + 8 * kMaxBlockThreads - 1) / (8 * kMaxBlockThreads)) << where;
+      ASSERT_EQ(p.row_threads, p.block_threads * p.cluster) << where;
+      ASSERT_EQ(p.slots, (chunks + p.row_threads - 1) / p.row_threads) << where;
+      ASSERT_LE(p.slots, 8) << where;
+      return;
+    }
+    // Forward rows past what the register layouts hold (vector: 4 chunks a
+    // thread of 8 blocks; strided: 16 elements a thread of 8 blocks).
     const int64_t register_capacity = hidden % p.width == 0
                                           ? int64_t{4} * kMaxBlockThreads * kMaxClusterBlocks
                                           : int64_t{16} * kMaxBlockThreads * kMaxClusterBlocks;
@@ -140,9 +152,22 @@ TEST(LaunchPlan, KnownShapes) {
   EXPECT_EQ(PlanBackward(2049, DType::kBF16).layout, Layout::kStrided);
   EXPECT_EQ(PlanForward(12289, DType::kBF16).layout, Layout::kStrided);
   EXPECT_EQ(PlanForward(12287, DType::kBF16).layout, Layout::kVector);
-  // fp32 H=65536: a cluster of 8 blocks of 512.
-  const KernelPlan big = PlanForward(65536, DType::kF32);
+  // bf16 H=131072: a cluster of 8 blocks of 512, 4 chunks a thread; fp32
+  // rows that would take more than 2 such blocks are staged instead, 8
+  // chunks a thread (H = 65536: 4 blocks; 32768: 2; 16384 stays in registers).
+  const KernelPlan big = PlanForward(131072, DType::kBF16);
+  EXPECT_EQ(big.layout, Layout::kVector);
   EXPECT_EQ(big.cluster, 8);
+  const KernelPlan fp32_big = PlanForward(65536, DType::kF32);
+  EXPECT_EQ(fp32_big.layout, Layout::kStaged);
+  EXPECT_EQ(fp32_big.cluster, 4);
+  EXPECT_EQ(fp32_big.slots, 8);
+  EXPECT_EQ(fp32_big.block_threads, 512);
+  EXPECT_EQ(PlanForward(32768, DType::kF32).cluster, 2);
+  EXPECT_EQ(PlanForward(16388, DType::kF32).layout, Layout::kStaged);
+  EXPECT_EQ(PlanForward(16388, DType::kF32).slots, 5);
+  EXPECT_EQ(PlanForward(16384, DType::kF32).layout, Layout::kVector);
+  EXPECT_EQ(PlanForward(65536, DType::kBF16).layout, Layout::kVector);
   // Longer rows: staged in the shared memory of a cluster of 8 blocks while
   // they fit (fp32 H = 262144: 65536 chunks, 8 a thread of blocks of 1024,
   // 128 KiB a block; bf16: 8 a thread of blocks of 512, 64 KiB; bf16 131073:
@@ -156,7 +181,6 @@ TEST(LaunchPlan, KnownShapes) {
   EXPECT_EQ(PlanForward(262144, DType::kBF16).block_threads, 512);
   EXPECT_EQ(PlanForward(131073, DType::kBF16).layout, Layout::kStaged);
   EXPECT_EQ(PlanForward(65537, DType::kF32).layout, Layout::kStaged);
-  EXPECT_EQ(PlanForward(65536, DType::kF32).layout, Layout::kVector);
   EXPECT_EQ(PlanForward(393216, DType::kF32).layout, Layout::kStaged);
   EXPECT_EQ(PlanForward(393217, DType::kF32).layout, Layout::kStreamed);
   EXPECT_EQ(PlanForward(kMaxHidden, DType::kBF16).layout, Layout::kStreamed);
