@@ -21,6 +21,8 @@
 // function of those).
 #pragma once
 
+#include <type_traits>
+
 #include "async_copy.cuh"
 #include "forward_kernel.cuh"
 
@@ -28,6 +30,50 @@ namespace normsvc::kernels::detail {
 
 // Chunks a thread normalizes together at the end (their parameters' loads in flight together).
 inline constexpr int kOutputChunksAStep = 2;
+
+template <typename T>
+constexpr DType DTypeOfElement() {
+  if constexpr (std::is_same_v<T, float>) return DType::kF32;
+  if constexpr (std::is_same_v<T, __half>) return DType::kF16;
+  return DType::kBF16;
+}
+
+// The output of a row of whole, aligned chunks whose output and gamma/beta
+// are in the x dtype: the op and the presence of gamma and beta are
+// compile-time, so an element costs the arithmetic alone (the general loop
+// in ForwardStagedKernel decides them, the dtypes and the chunk's length at
+// run time). The same operations in the same order: the same bits.
+template <typename T, int W, bool kLayerNorm, bool kGamma, bool kBeta>
+__device__ __forceinline__ void WriteWholeChunks(const Pack<T, W>* stage, int block_threads,
+                                                 int slots, const RowTeam& team, const T* gamma,
+                                                 const T* beta, T* out, const RowStats& stats) {
+  for (int k0 = 0; k0 < slots; k0 += kOutputChunksAStep) {
+    float g[kOutputChunksAStep][W] = {};
+    float b[kOutputChunksAStep][W] = {};
+#pragma unroll
+    for (int u = 0; u < kOutputChunksAStep; ++u) {
+      const int k = k0 + u;
+      if (k >= slots) continue;
+      const int64_t index = static_cast<int64_t>(k * team.row_threads + team.rank) * W;
+      if constexpr (kGamma) LoadParamsAs<T, W>(gamma + index, true, g[u]);
+      if constexpr (kBeta) LoadParamsAs<T, W>(beta + index, true, b[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kOutputChunksAStep; ++u) {
+      const int k = k0 + u;
+      if (k >= slots) continue;
+      const int64_t index = static_cast<int64_t>(k * team.row_threads + team.rank) * W;
+      const Pack<T, W> v = stage[k * block_threads];
+      Pack<T, W> y;
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        y.e[j] = FromFloat<T>(ApplyAffine(NormalizedValue(PackElement(v, j), stats, kLayerNorm),
+                                          g[u][j], b[u][j], kGamma, kBeta));
+      }
+      StoreChunk<T, W>(out + index, y, true);
+    }
+  }
+}
 
 // 64 registers a thread: two blocks of kMaxBlockThreads a multiprocessor
 // (staged plans of at most kStagedTwoBlockBytes a block), or one of
@@ -91,6 +137,18 @@ __global__ void __launch_bounds__(kStagedWideBlockThreads, 1)
         count += ChunkElements<W>(chunk_of(k), s.hidden);
       }
       const auto second_pass = [&](float pivot, float& d_sum, float& d_squares) {
+        if (vectorized) {  // whole chunks: no element to skip
+          for (int k = 0; k < slots; ++k) {
+            const Pack<T, W> values = stage[k * block_threads];
+#pragma unroll
+            for (int j = 0; j < W; ++j) {
+              const float d = __fsub_rn(PackElement(values, j), pivot);
+              d_sum += d;
+              d_squares = fmaf(d, d, d_squares);
+            }
+          }
+          return;
+        }
         for (int k = 0; k < slots; ++k) {
           const int elements = ChunkElements<W>(chunk_of(k), s.hidden);
           const Pack<T, W> values = stage[k * block_threads];
@@ -123,7 +181,30 @@ __global__ void __launch_bounds__(kStagedWideBlockThreads, 1)
     // is used: the parameters come from the L2 (a row's are read by every
     // row), and one chunk at a time left a thread waiting on that latency
     // once a chunk.
-    for (int k0 = 0; k0 < slots; k0 += kOutputChunksAStep) {
+    constexpr DType kX = DTypeOfElement<T>();
+    const bool whole_chunks_as_x =
+        vectorized && r.out_dtype == static_cast<uint8_t>(kX) &&
+        ((r.gamma == nullptr && r.beta == nullptr) || r.param_dtype == static_cast<uint8_t>(kX));
+    if (whole_chunks_as_x) {
+      const T* gamma = static_cast<const T*>(r.gamma);
+      const T* beta = static_cast<const T*>(r.beta);
+      T* out = static_cast<T*>(r.out);
+      const auto write = [&](auto layer_norm_c, auto gamma_c, auto beta_c) {
+        WriteWholeChunks<T, W, decltype(layer_norm_c)::value, decltype(gamma_c)::value,
+                         decltype(beta_c)::value>(stage, block_threads, slots, team, gamma, beta,
+                                                  out, stats);
+      };
+      using Yes = std::true_type;
+      using No = std::false_type;
+      if (!layer_norm) {
+        gamma != nullptr ? write(No{}, Yes{}, No{}) : write(No{}, No{}, No{});
+      } else if (gamma != nullptr) {
+        beta != nullptr ? write(Yes{}, Yes{}, Yes{}) : write(Yes{}, Yes{}, No{});
+      } else {
+        beta != nullptr ? write(Yes{}, No{}, Yes{}) : write(Yes{}, No{}, No{});
+      }
+    }
+    for (int k0 = 0; !whole_chunks_as_x && k0 < slots; k0 += kOutputChunksAStep) {
       float g[kOutputChunksAStep][W] = {};
       float b[kOutputChunksAStep][W] = {};
 #pragma unroll
