@@ -89,19 +89,20 @@ KernelPlan StagedOrStreamed(int64_t hidden, int width) {
   return InCluster(Layout::kStaged, static_cast<int>(slots), width, block_threads, kMaxCluster);
 }
 
-// fp32 rows that the register layout spreads over clusters of more than two
-// blocks (H = 16,388 to 65,536) are staged instead: kStagedClusterRowSlots
+// Rows of whole chunks that the register layout spreads over clusters of
+// more than two blocks (more than 4,096 chunks: fp32 H = 16,388 to 65,536,
+// 16-bit H = 32,776 to 131,072) are staged instead: kStagedClusterRowSlots
 // chunks a thread in blocks of kMaxBlockThreads, in clusters of as few
 // blocks as hold the row (2 to 4), so a thread has twice the register
 // layout's bytes of x in flight and a row's statistics cross half the
-// blocks. Measured on an H100 (BENCHMARKS.md, round 29): fp32 H = 32768 from
-// 0.68 to 0.78 of copy, 65536 from 0.64 to 0.75 (LayerNorm; RMSNorm +0.11);
-// 16-bit rows lost 0.1 to 0.2 of copy the same way and stay in registers.
+// blocks. Measured on an H100 (BENCHMARKS.md, round 29), LayerNorm /
+// RMSNorm of copy: fp32 65536 from 0.62 / 0.68 to 0.82 / 0.87, fp32 32768
+// from 0.68 / 0.72 to 0.87 / 0.90, bf16 65536 from 0.61 / 0.69 to 0.69 /
+// 0.78, bf16 131072 from 0.58 / 0.66 to 0.62 / 0.71. Rows within two
+// blocks stay in registers: there the staged plans lost.
 constexpr int kStagedClusterRowSlots = 8;
 
-bool StagesClusterRow(int64_t chunks, DType x_dtype) {
-  return DTypeSize(x_dtype) == 4 && chunks > int64_t{4} * kMaxBlockThreads * 2;
-}
+bool StagesClusterRow(int64_t chunks) { return chunks > int64_t{4} * kMaxBlockThreads * 2; }
 
 KernelPlan StagedInSmallerClusters(int64_t chunks, int width) {
   const int cluster =
@@ -122,7 +123,7 @@ int VectorWidth(DType dtype) { return static_cast<int>(16 / DTypeSize(dtype)); }
 // Forward: up to 4 chunks (64 bytes of x) per thread in the vector layout; a
 // row takes one warp or less up to 128 chunks, one block (at most
 // kMaxBlockThreads) up to 2048 chunks, then a cluster of up to 8 blocks
-// (fp32 rows of more than two blocks staged instead: StagesClusterRow);
+// (rows of more than two blocks staged instead: StagesClusterRow);
 // longer rows are staged in a cluster's shared memory, or streamed past
 // that (StagedOrStreamed).
 // Hidden sizes that are not a multiple of the vector width take the same
@@ -164,7 +165,7 @@ KernelPlan PlanForward(int64_t hidden, DType x_dtype) {
     return InBlock(Layout::kVector, 4, w, std::max(32, PowerOfTwoAtLeast(CeilDiv(chunks, 4))));
   }
   if (chunks <= 4 * kMaxBlockThreads * kMaxCluster) {
-    if (StagesClusterRow(chunks, x_dtype)) return StagedInSmallerClusters(chunks, w);
+    if (StagesClusterRow(chunks)) return StagedInSmallerClusters(chunks, w);
     return InCluster(Layout::kVector, 4, w, kMaxBlockThreads,
                      static_cast<int>(CeilDiv(chunks, 4 * kMaxBlockThreads)));
   }

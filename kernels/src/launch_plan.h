@@ -48,9 +48,10 @@ enum class Layout : uint8_t {
   // `width` elements (16 bytes of x, a partial last chunk allowed) mapped as
   // in kVector, a thread's `slots` chunks held in its block's shared memory;
   // a cluster of kMaxClusterBlocks blocks of kMaxBlockThreads or
-  // kStagedWideBlockThreads a row (below). Also fp32 rows of H = 16,388 to
-  // 65,536, which it serves faster than the register clusters: 8 chunks a
-  // thread in clusters of 2 to 4 blocks of kMaxBlockThreads (launch_plan.cc,
+  // kStagedWideBlockThreads a row (below). Also rows of whole chunks past
+  // two register blocks (4,096 chunks: fp32 H > 16,384, 16-bit H > 32,768),
+  // which it serves faster than the register clusters: 8 chunks a thread in
+  // clusters of 2 to 4 blocks of kMaxBlockThreads (launch_plan.cc,
   // StagesClusterRow). Each element is read from global memory once.
   kStaged = 3,
 };

@@ -1,5 +1,5 @@
-// The staged forward kernel (rows too long for registers, and fp32 rows of
-// more than two register blocks, held in the shared memory of a cluster:
+// The staged forward kernel (rows too long for registers, and rows of more
+// than two register blocks, held in the shared memory of a cluster:
 // Layout::kStaged in kernels/src/launch_plan.h)
 // against the double reference on every dtype, op and affine combination,
 // aligned and misaligned rows, H not a multiple of the vector width, the
@@ -46,8 +46,9 @@ TEST(ForwardStaged, MatchesReferenceOnEveryVariant) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("staged forward");
   int variant = 0;
-  // fp32 16388, 32768 and 65536: rows the register layouts hold that are
-  // staged in clusters of 2 to 4 blocks, 8 chunks a thread or fewer; fp32
+  // fp32 16388, 32768 and 65536, 16-bit 65536: rows the register layouts
+  // hold that are staged in clusters of 2 to 4 blocks, 8 chunks a thread or
+  // fewer; fp32
   // 65537 and 16-bit 131073: just past the register layouts; 262143: a
   // partial last chunk; 393216 (fp32): the most a cluster holds. Blocks of
   // 512 (fp32 65537, bf16 262144) and of 1024 (fp32 262144).

@@ -33,10 +33,9 @@ void ExpectValid(const KernelPlan& p, int64_t hidden, DType dtype, bool forward)
     ASSERT_TRUE(forward) << where;
     ASSERT_EQ(p.width, VectorWidth(dtype)) << where;
     const int64_t chunks = (hidden + p.width - 1) / p.width;
-    if (dtype == DType::kF32 && hidden % p.width == 0 &&
-        chunks <= int64_t{4} * kMaxBlockThreads * kMaxClusterBlocks) {
-      // fp32 rows past two register blocks: 8 chunks a thread of blocks of
-      // 512, in as few blocks as hold the row.
+    if (hidden % p.width == 0 && chunks <= int64_t{4} * kMaxBlockThreads * kMaxClusterBlocks) {
+      // Rows of whole chunks past two register blocks: 8 chunks a thread of
+      // blocks of 512, in as few blocks as hold the row.
       ASSERT_GT(chunks, int64_t{4} * kMaxBlockThreads * 2) << where;
       ASSERT_EQ(p.block_threads, kMaxBlockThreads) << where;
       ASSERT_EQ(p.cluster, (chunks + 8 * kMaxBlockThreads - 1) / (8 * kMaxBlockThreads)) << where;
@@ -152,12 +151,14 @@ TEST(LaunchPlan, KnownShapes) {
   EXPECT_EQ(PlanBackward(2049, DType::kBF16).layout, Layout::kStrided);
   EXPECT_EQ(PlanForward(12289, DType::kBF16).layout, Layout::kStrided);
   EXPECT_EQ(PlanForward(12287, DType::kBF16).layout, Layout::kVector);
-  // bf16 H=131072: a cluster of 8 blocks of 512, 4 chunks a thread; fp32
-  // rows that would take more than 2 such blocks are staged instead, 8
-  // chunks a thread (H = 65536: 4 blocks; 32768: 2; 16384 stays in registers).
-  const KernelPlan big = PlanForward(131072, DType::kBF16);
-  EXPECT_EQ(big.layout, Layout::kVector);
-  EXPECT_EQ(big.cluster, 8);
+  // Rows of whole chunks in registers up to a cluster of two blocks of 512
+  // (4,096 chunks: bf16 H = 32768, fp32 16384); longer ones staged, 8
+  // chunks a thread in as few blocks of 512 as hold them (fp32 65536: 4
+  // blocks; fp32 32768, bf16 65536: 2; bf16 131072: 4).
+  const KernelPlan two_blocks = PlanForward(32768, DType::kBF16);
+  EXPECT_EQ(two_blocks.layout, Layout::kVector);
+  EXPECT_EQ(two_blocks.cluster, 2);
+  EXPECT_EQ(PlanForward(16384, DType::kF32).layout, Layout::kVector);
   const KernelPlan fp32_big = PlanForward(65536, DType::kF32);
   EXPECT_EQ(fp32_big.layout, Layout::kStaged);
   EXPECT_EQ(fp32_big.cluster, 4);
@@ -166,8 +167,9 @@ TEST(LaunchPlan, KnownShapes) {
   EXPECT_EQ(PlanForward(32768, DType::kF32).cluster, 2);
   EXPECT_EQ(PlanForward(16388, DType::kF32).layout, Layout::kStaged);
   EXPECT_EQ(PlanForward(16388, DType::kF32).slots, 5);
-  EXPECT_EQ(PlanForward(16384, DType::kF32).layout, Layout::kVector);
-  EXPECT_EQ(PlanForward(65536, DType::kBF16).layout, Layout::kVector);
+  EXPECT_EQ(PlanForward(65536, DType::kBF16).layout, Layout::kStaged);
+  EXPECT_EQ(PlanForward(65536, DType::kBF16).cluster, 2);
+  EXPECT_EQ(PlanForward(131072, DType::kF16).cluster, 4);
   // Longer rows: staged in the shared memory of a cluster of 8 blocks while
   // they fit (fp32 H = 262144: 65536 chunks, 8 a thread of blocks of 1024,
   // 128 KiB a block; bf16: 8 a thread of blocks of 512, 64 KiB; bf16 131073:
