@@ -203,38 +203,39 @@ __global__ void __launch_bounds__(kStagedWideBlockThreads, 1)
       } else {
         beta != nullptr ? write(Yes{}, No{}, Yes{}) : write(Yes{}, No{}, No{});
       }
-    }
-    for (int k0 = 0; !whole_chunks_as_x && k0 < slots; k0 += kOutputChunksAStep) {
-      float g[kOutputChunksAStep][W] = {};
-      float b[kOutputChunksAStep][W] = {};
+    } else {
+      for (int k0 = 0; k0 < slots; k0 += kOutputChunksAStep) {
+        float g[kOutputChunksAStep][W] = {};
+        float b[kOutputChunksAStep][W] = {};
 #pragma unroll
-      for (int u = 0; u < kOutputChunksAStep; ++u) {
-        const int k = k0 + u;
-        if (k >= slots) continue;
-        const int chunk = chunk_of(k);
-        const int64_t index = static_cast<int64_t>(chunk) * W;
-        const int elements = ChunkElements<W>(chunk, s.hidden);
-        if (r.gamma != nullptr) {
-          LoadParams<T, W>(r.gamma, r.param_dtype, index, vectorized, g[u], elements);
+        for (int u = 0; u < kOutputChunksAStep; ++u) {
+          const int k = k0 + u;
+          if (k >= slots) continue;
+          const int chunk = chunk_of(k);
+          const int64_t index = static_cast<int64_t>(chunk) * W;
+          const int elements = ChunkElements<W>(chunk, s.hidden);
+          if (r.gamma != nullptr) {
+            LoadParams<T, W>(r.gamma, r.param_dtype, index, vectorized, g[u], elements);
+          }
+          if (r.beta != nullptr) {
+            LoadParams<T, W>(r.beta, r.param_dtype, index, vectorized, b[u], elements);
+          }
         }
-        if (r.beta != nullptr) {
-          LoadParams<T, W>(r.beta, r.param_dtype, index, vectorized, b[u], elements);
-        }
-      }
 #pragma unroll
-      for (int u = 0; u < kOutputChunksAStep; ++u) {
-        const int k = k0 + u;
-        if (k >= slots) continue;
-        const int chunk = chunk_of(k);
-        const Pack<T, W> v = stage[k * block_threads];
-        float y[W];
+        for (int u = 0; u < kOutputChunksAStep; ++u) {
+          const int k = k0 + u;
+          if (k >= slots) continue;
+          const int chunk = chunk_of(k);
+          const Pack<T, W> v = stage[k * block_threads];
+          float y[W];
 #pragma unroll
-        for (int j = 0; j < W; ++j) {
-          y[j] = ApplyAffine(NormalizedValue(PackElement(v, j), stats, layer_norm), g[u][j],
-                             b[u][j], r.gamma != nullptr, r.beta != nullptr);
+          for (int j = 0; j < W; ++j) {
+            y[j] = ApplyAffine(NormalizedValue(PackElement(v, j), stats, layer_norm), g[u][j],
+                               b[u][j], r.gamma != nullptr, r.beta != nullptr);
+          }
+          StoreOutput<W>(r.out, r.out_dtype, static_cast<int64_t>(chunk) * W, y, vectorized,
+                         ChunkElements<W>(chunk, s.hidden));
         }
-        StoreOutput<W>(r.out, r.out_dtype, static_cast<int64_t>(chunk) * W, y, vectorized,
-                       ChunkElements<W>(chunk, s.hidden));
       }
     }
     if (team.rank == 0) {
