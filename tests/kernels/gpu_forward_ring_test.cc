@@ -41,7 +41,7 @@ TEST(ForwardRing, MatchesReferenceAndShortSegmentsBitForBit) {
   int variant = 0;
   for (int64_t hidden : {768, 1024, 4096, 8192, 16384, 65536}) {
     for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-      // fp32 65536 is staged (launch_plan.cc, StagesClusterRow): no ring.
+      // Rows of 65536 are staged (launch_plan.cc, StagesClusterRow): no ring.
       if (detail::PlanForward(hidden, dtype).layout != detail::Layout::kVector) continue;
       ++variant;
       const int64_t width = 16 / static_cast<int64_t>(DTypeSize(dtype));

@@ -48,10 +48,9 @@ TEST(ForwardStaged, MatchesReferenceOnEveryVariant) {
   int variant = 0;
   // fp32 16388, 32768 and 65536, 16-bit 65536: rows the register layouts
   // hold that are staged in clusters of 2 to 4 blocks, 8 chunks a thread or
-  // fewer; fp32
-  // 65537 and 16-bit 131073: just past the register layouts; 262143: a
-  // partial last chunk; 393216 (fp32): the most a cluster holds. Blocks of
-  // 512 (fp32 65537, bf16 262144) and of 1024 (fp32 262144).
+  // fewer; fp32 65537 and 16-bit 131073: just past the register layouts;
+  // 262143: a partial last chunk; 393216 (fp32): the most a cluster holds.
+  // Blocks of 512 (fp32 65537, bf16 262144) and of 1024 (fp32 262144).
   for (int64_t hidden : {16388, 32768, 65536, 65537, 131073, 262143, 262144, 393216}) {
     for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
       if (detail::PlanForward(hidden, dtype).layout != detail::Layout::kStaged) continue;
@@ -89,8 +88,9 @@ TEST(ForwardStaged, MatchesReferenceOnEveryVariant) {
 // alternates its reduction slots: fp32 262144 (one 128 KiB block of 1024
 // threads a multiprocessor: 15 clusters on an H200) and bf16 262144 (two
 // blocks of 512 a multiprocessor), the latter misaligned with a residual
-// (the register path into the stage), and fp32 65536 (clusters of 4). The launch takes as many
-// clusters as the runtime says fit (ResidentClusters), fewer than blocks / cluster.
+// (the register path into the stage), and fp32 65536 (clusters of 4). The
+// launch takes as many clusters as the runtime says fit (ResidentClusters),
+// fewer than blocks / cluster.
 TEST(ForwardStaged, PersistentClustersLoopOverManyRows) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("staged forward, many rows");
