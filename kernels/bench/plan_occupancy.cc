@@ -101,6 +101,8 @@ Row ForwardRow(DType dtype, int64_t rows, int64_t hidden) {
   const detail::KernelPlan plan = detail::PlanForward(hidden, dtype);
   Row row{"forward",      DTypeText(dtype),   rows,        hidden,
           PlanText(plan), plan.block_threads, plan.cluster};
+  if (plan.layout == detail::Layout::kStaged)
+    row.dynamic_smem = detail::StagedForwardSmemBytes(plan);
   // A contiguous tensor whose H is not a multiple of the vector width has
   // misaligned rows, which the realigning kernel or the general one serves.
   const detail::ForwardPath path =
