@@ -1,9 +1,9 @@
-// Forward rows too long for registers, held in the shared memory of a
-// cluster (Layout::kStaged, launch_plan.h): each element of x (and of the
-// residual) is read from global memory once, as the issue asks of every
-// dispatch, where the streamed kernel reads a row three times.
+// Forward rows too long for registers, and rows of more than two register
+// blocks, held in the shared memory of a cluster (Layout::kStaged,
+// launch_plan.h): each element of x (and of the residual) is read from
+// global memory once, where the streamed kernel reads a row three times.
 //
-// A cluster of kMaxClusterBlocks blocks takes one row at a time and loops
+// A cluster (the plan's blocks) takes one row at a time and loops
 // over its rows (persistent). Chunk c of the row (W elements, 16 bytes of x)
 // belongs to row thread c % row_threads, slot c / row_threads, as in the
 // register layout; a thread keeps its slots in its own part of the block's

@@ -284,8 +284,10 @@ int RealignBackwardResidentBlocks(const KernelPlan& plan, int64_t hidden);
 // Threads per block of the streamed (multi-pass) kernels.
 inline constexpr int kStreamedThreads = 1024;
 
-// Staged forward plans (Layout::kStaged): a cluster of kMaxClusterBlocks
-// blocks a row, each thread's chunks in its block's shared memory, at most
+// Staged forward plans of rows past the register layouts (Layout::kStaged;
+// the shorter staged rows are launch_plan.cc's StagesClusterRow): a cluster
+// of kMaxClusterBlocks blocks a row, each thread's chunks in its block's
+// shared memory, at most
 // kStagedMaxBlockBytes a block (within kMaxDynamicSmem), so a cluster holds
 // rows of up to 98,304 chunks (fp32 H = 393,216, 16-bit H = 786,432); longer
 // rows are streamed. Blocks of kMaxBlockThreads while a block's chunks take

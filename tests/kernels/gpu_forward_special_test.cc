@@ -105,10 +105,11 @@ TEST(ForwardSpecialRows, MatchReferenceIncludingNaNAndInf) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
       // 2049 and 8191: a partial last chunk (the realigning kernel, but for
-      // fp32 8191, whose 2,048 chunks are past its reach: strided); 12289
-      // and 65536: rows that span a cluster, strided (a partial chunk past
-      // the realigning kernel's reach) and vector.
-      for (int64_t hidden : {64, 768, 2049, 4096, 8191, 12289, 65536, 262144}) {
+      // fp32 8191, whose 2,048 chunks are past its reach: strided); 12289:
+      // rows that span a cluster, strided (a partial chunk past the
+      // realigning kernel's reach); 32768: a register cluster of two blocks
+      // (16-bit); 65536 and 262144: staged in a cluster's shared memory.
+      for (int64_t hidden : {64, 768, 2049, 4096, 8191, 12289, 32768, 65536, 262144}) {
         ForwardSpec spec;
         spec.op = op;
         spec.x_dtype = spec.out_dtype = spec.param_dtype = dtype;
@@ -137,12 +138,14 @@ TEST(ForwardBatchInvariance, MixedLaunchMatchesEachTensorAlone) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("batch invariance");
   std::vector<std::unique_ptr<ForwardCase>> cases;
-  for (int64_t hidden : {5, 64, 768, 2049, 4096, 8192, 12289, 65536}) {
+  // 16384 (fp32) and 32768 (bf16): register clusters of two blocks; 65536:
+  // staged in clusters of two (bf16) and four (fp32).
+  for (int64_t hidden : {5, 64, 768, 2049, 4096, 8192, 12289, 16384, 32768, 65536}) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       ForwardSpec spec;
       spec.op = hidden % 2 ? NormOp::kRmsNorm : NormOp::kLayerNorm;
       spec.x_dtype = spec.out_dtype = spec.param_dtype = dtype;
-      spec.rows = hidden >= 65536 ? 4 : 37;
+      spec.rows = hidden >= 16384 ? 4 : 37;
       spec.hidden = hidden;
       spec.residual = spec.residual_out = spec.stats = true;
       AddAlignedAndMisalignedPair(spec, rng, cases);

@@ -46,12 +46,14 @@ TEST(ForwardStaged, MatchesReferenceOnEveryVariant) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("staged forward");
   int variant = 0;
-  // fp32 16388, 32768 and 65536, 16-bit 65536: rows the register layouts
-  // hold that are staged in clusters of 2 to 4 blocks, 8 chunks a thread or
-  // fewer; fp32 65537 and 16-bit 131073: just past the register layouts;
-  // 262143: a partial last chunk; 393216 (fp32): the most a cluster holds.
-  // Blocks of 512 (fp32 65537, bf16 262144) and of 1024 (fp32 262144).
-  for (int64_t hidden : {16388, 32768, 65536, 65537, 131073, 262143, 262144, 393216}) {
+  // Rows the register layouts hold that are staged in clusters of 2 to 4
+  // blocks, 8 chunks a thread or fewer: fp32 16388 and 32768 (2), 49152 (3),
+  // 65536 (4); 16-bit 65536 (2), 98304 (3), 131072 (4). fp32 65537 and
+  // 16-bit 131073: just past the register layouts; 262143: a partial last
+  // chunk; 393216 (fp32): the most a cluster holds. Blocks of 512 (fp32
+  // 65537, bf16 262144) and of 1024 (fp32 262144).
+  for (int64_t hidden :
+       {16388, 32768, 49152, 65536, 98304, 131072, 65537, 131073, 262143, 262144, 393216}) {
     for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
       if (detail::PlanForward(hidden, dtype).layout != detail::Layout::kStaged) continue;
       for (int repeat = 0; repeat < 2; ++repeat) {
@@ -133,9 +135,9 @@ TEST(ForwardStaged, PersistentClustersLoopOverManyRows) {
 }
 
 // Batch invariance: the staged rows give the same bits alone and in one
-// launch beside rows of other sizes (a short row, a row of the register
-// cluster layout) and other staged sizes that share their plan (bf16 262144
-// and 262143: 8 chunks a thread), aligned and misaligned.
+// launch beside rows of other sizes (a short row, a row staged in a cluster
+// of two) and other staged sizes that share their plan (bf16 262144 and
+// 262143: 8 chunks a thread), aligned and misaligned.
 TEST(ForwardStaged, RowsGiveTheSameBitsInAMixedLaunch) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("staged forward, mixed launch");

@@ -42,6 +42,7 @@ void ExpectValid(const KernelPlan& p, int64_t hidden, DType dtype, bool forward)
       ASSERT_EQ(p.row_threads, p.block_threads * p.cluster) << where;
       ASSERT_EQ(p.slots, (chunks + p.row_threads - 1) / p.row_threads) << where;
       ASSERT_LE(p.slots, 8) << where;
+      ASSERT_LE(StagedForwardSmemBytes(p), kStagedTwoBlockBytes) << where;
       return;
     }
     // Forward rows past what the register layouts hold (vector: 4 chunks a
@@ -89,6 +90,11 @@ void ExpectValid(const KernelPlan& p, int64_t hidden, DType dtype, bool forward)
       ASSERT_TRUE(p.slots == 1 || p.slots == 2 || p.slots == 4 ||
                   (p.slots == 3 && hidden % p.width != 0))
           << where;
+      // Rows of whole chunks span at most two register blocks; longer ones
+      // are staged (StagesClusterRow).
+      if (hidden % p.width == 0) {
+        ASSERT_LE(p.cluster, 2) << where;
+      }
     } else {
       ASSERT_TRUE(p.slots == 1 || p.slots == 2 || (p.slots == 4 && p.width == 4)) << where;
     }
