@@ -72,21 +72,23 @@ KernelPlan Streamed() {
   return plan;
 }
 
+// The staged plan of a row of `chunks` chunks in clusters of `cluster`
+// blocks of `block_threads`: as few chunks a thread as hold the row.
+KernelPlan StagedPlan(int64_t chunks, int width, int block_threads, int cluster) {
+  const int64_t slots = CeilDiv(chunks, int64_t{block_threads} * cluster);
+  return InCluster(Layout::kStaged, static_cast<int>(slots), width, block_threads, cluster);
+}
+
 // Forward rows past the register layouts: staged in a cluster's shared
 // memory while they fit (kStagedMaxBlockBytes a block; blocks of
-// kStagedWideBlockThreads past kStagedTwoBlockBytes), else streamed. As few
-// chunks a thread as hold the row.
+// kStagedWideBlockThreads past kStagedTwoBlockBytes), else streamed.
 KernelPlan StagedOrStreamed(int64_t hidden, int width) {
   const int64_t chunks = CeilDiv(hidden, width);
-  int block_threads = kMaxBlockThreads;
-  int64_t slots = CeilDiv(chunks, int64_t{block_threads} * kMaxCluster);
-  const auto block_bytes = [&] { return static_cast<std::size_t>(slots * block_threads * 16); };
-  if (block_bytes() > kStagedTwoBlockBytes) {
-    block_threads = kStagedWideBlockThreads;
-    slots = CeilDiv(chunks, int64_t{block_threads} * kMaxCluster);
+  KernelPlan plan = StagedPlan(chunks, width, kMaxBlockThreads, kMaxCluster);
+  if (StagedForwardSmemBytes(plan) > kStagedTwoBlockBytes) {
+    plan = StagedPlan(chunks, width, kStagedWideBlockThreads, kMaxCluster);
   }
-  if (block_bytes() > kStagedMaxBlockBytes) return Streamed();
-  return InCluster(Layout::kStaged, static_cast<int>(slots), width, block_threads, kMaxCluster);
+  return StagedForwardSmemBytes(plan) <= kStagedMaxBlockBytes ? plan : Streamed();
 }
 
 // Rows of whole chunks that the register layout spreads over clusters of
@@ -107,8 +109,7 @@ bool StagesClusterRow(int64_t chunks) { return chunks > int64_t{4} * kMaxBlockTh
 KernelPlan StagedInSmallerClusters(int64_t chunks, int width) {
   const int cluster =
       static_cast<int>(CeilDiv(chunks, int64_t{kStagedClusterRowSlots} * kMaxBlockThreads));
-  const int slots = static_cast<int>(CeilDiv(chunks, int64_t{kMaxBlockThreads} * cluster));
-  return InCluster(Layout::kStaged, slots, width, kMaxBlockThreads, cluster);
+  return StagedPlan(chunks, width, kMaxBlockThreads, cluster);
 }
 
 }  // namespace
