@@ -5,16 +5,16 @@
 //              [--backward-only] [--backward-dx-only] [--hidden H]
 //              [--dtype bf16|fp32] [--ring off|two-block-clusters|every-plan]
 //              [--param_staging off|one-wave] [--backward-realign on|off]
-//              [--elements N] [--affine full|gamma|none]
-// --elements sets the large shapes' size: rows = ceil(N / H), N >= 2^20
-// (default 2^24, the floor of 16M elements; 2^26 is the 64M
-// elements of a bf16 16384 x 4096 tensor), recorded in the JSON.
-// --ring sets which one-segment launches take the ring kernel
-// (kernels/src/ring_policy.h; default two-block-clusters); --param_staging
-// which ones stage gamma/beta in shared memory (kernels/src/param_staging.h;
-// default one-wave); --backward-realign whether backward rows of H not a
-// multiple of the vector width take BackwardRealignKernel (default on) or
-// the strided plan's kernel; the JSON records all three.
+//              [--elements N] [--affine full|gamma|none] [--column-reduce auto|narrow|wide]
+// --elements sets the large shapes' size: rows = ceil(N / H), N >= 2^20 (default 2^24, the
+// issue's floor of 16M elements; 2^26 is the 64M elements of a bf16 16384 x 4096 tensor),
+// recorded in the JSON. --ring sets which one-segment launches take the ring kernel
+// (kernels/src/ring_policy.h; default two-block-clusters); --param_staging which ones stage
+// gamma/beta in shared memory (kernels/src/param_staging.h; default one-wave);
+// --backward-realign whether backward rows of H not a multiple of the vector width take
+// BackwardRealignKernel (default on) or the strided plan's kernel; --column-reduce which
+// kernels reduce the backward's partials (kernels/src/column_reduce.h; default auto); the
+// JSON records all four.
 // --affine narrows the forward shapes' parameters (a diagnostic: what
 // LayerNorm's beta, or any affine, costs): full (default) passes gamma and,
 // for LayerNorm, beta, as torch.nn.LayerNorm has them; gamma passes gamma
@@ -329,15 +329,17 @@ void WriteJson(const char* path, const std::vector<Record>& records, const cudaD
     std::perror(path);
     return;
   }
-  std::fprintf(f,
-               "{\"device\": \"%s\", \"sm_count\": %d, \"l2_bytes\": %d, \"ring\": \"%s\", "
-               "\"param_staging\": \"%s\", \"backward_realign\": \"%s\", "
-               "\"large_elements\": %lld, \"affine\": \"%s\", \"records\": [\n",
-               prop.name, prop.multiProcessorCount, prop.l2CacheSize,
-               RingPolicyName(kernels::detail::GetRingPolicy()),
-               ParamStagingName(kernels::detail::GetParamStaging()),
-               kernels::detail::BackwardRealignEnabled() ? "on" : "off",
-               static_cast<long long>(large_elements), AffineName(forward_affine));
+  std::fprintf(
+      f,
+      "{\"device\": \"%s\", \"sm_count\": %d, \"l2_bytes\": %d, \"ring\": \"%s\", "
+      "\"param_staging\": \"%s\", \"backward_realign\": \"%s\", "
+      "\"column_reduce\": \"%s\", \"large_elements\": %lld, \"affine\": \"%s\", \"records\": [\n",
+      prop.name, prop.multiProcessorCount, prop.l2CacheSize,
+      RingPolicyName(kernels::detail::GetRingPolicy()),
+      ParamStagingName(kernels::detail::GetParamStaging()),
+      kernels::detail::BackwardRealignEnabled() ? "on" : "off",
+      NameOf(kColumnReduceForms, kernels::detail::GetColumnReduceForm()),
+      static_cast<long long>(large_elements), AffineName(forward_affine));
   for (std::size_t i = 0; i < records.size(); ++i) {
     const Record& r = records[i];
     std::fprintf(f,
@@ -428,6 +430,13 @@ int main(int argc, char** argv) {
         return 2;
       }
       normsvc::kernels::detail::SetParamStaging(policy);
+    } else if (!std::strcmp(argv[i], "--column-reduce") && i + 1 < argc) {
+      normsvc::kernels::detail::ColumnReduceForm form;
+      if (!ParseNamed(kColumnReduceForms, argv[++i], &form)) {
+        std::fprintf(stderr, "norm_bench: unknown --column-reduce %s\n", argv[i]);
+        return 2;
+      }
+      normsvc::kernels::detail::SetColumnReduceForm(form);
     } else {
       std::fprintf(stderr,
                    "usage: norm_bench [--json PATH] [--iterations N] [--quick] [--forward-only]\n"
@@ -435,7 +444,8 @@ int main(int argc, char** argv) {
                    "                  [--dtype bf16|fp32]\n"
                    "                  [--ring off|two-block-clusters|every-plan]\n"
                    "                  [--param_staging off|one-wave] [--backward-realign on|off]\n"
-                   "                  [--elements N] [--affine full|gamma|none]\n");
+                   "                  [--elements N] [--affine full|gamma|none]"
+                   " [--column-reduce auto|narrow|wide]\n");
       return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }
   }

@@ -1,11 +1,12 @@
 // The flag names of the process-wide kernel policies that norm_bench sets
-// (--ring, --param_staging), and the lookups both ways.
+// (--ring, --param_staging, --column-reduce), and the lookups both ways.
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <utility>
 
+#include "column_reduce.h"
 #include "param_staging.h"
 #include "ring_policy.h"
 
@@ -52,5 +53,12 @@ inline constexpr std::pair<const char*, kernels::detail::ParamStaging> kParamSta
 inline const char* ParamStagingName(kernels::detail::ParamStaging policy) {
   return NameOf(kParamStagings, policy);
 }
+
+// The --column-reduce names of the forms.
+inline constexpr std::pair<const char*, kernels::detail::ColumnReduceForm> kColumnReduceForms[] = {
+    {"auto", kernels::detail::ColumnReduceForm::kAuto},
+    {"narrow", kernels::detail::ColumnReduceForm::kNarrow},
+    {"wide", kernels::detail::ColumnReduceForm::kWide},
+};
 
 }  // namespace normsvc::bench

@@ -1,11 +1,11 @@
-// Host side of the backward pass, and the column reduction of the dgamma /
-// dbeta partials (stage 2, fixed order, no atomics).
+// Host side of the backward pass: the row pass's plan and launch, then the
+// column reduction of the dgamma / dbeta partials (column_reduce.h).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string>
 
-#include "grid_dependency.cuh"
+#include "column_reduce.h"
 #include "kernel_params.h"
 #include "kernel_registry.h"
 #include "launch_common.h"
@@ -57,163 +57,6 @@ int64_t RealignBackwardLaunches() {
 }
 
 namespace {
-
-constexpr int kReduceColumns = 32;
-
-// The requested sums: blockIdx.y = 0 reduces partial[0] into out[0], 1 the
-// second (dbeta after dgamma), when requested.
-struct ColumnSums {
-  const float* partial[2];
-  float* out[2];
-};
-
-// The calling thread's column of the sum its block reduces (blockIdx.y:
-// which of `sums`; blockIdx.x: which kReduceColumns columns).
-struct ColumnOfThread {
-  const float* partial;
-  float* out;
-  int64_t column;
-};
-
-__device__ __forceinline__ ColumnOfThread ThisColumn(const ColumnSums& sums) {
-  return {sums.partial[blockIdx.y], sums.out[blockIdx.y],
-          static_cast<int64_t>(blockIdx.x) * kReduceColumns + threadIdx.x};
-}
-
-// Both column reductions: out[c] = sum over u of partial[u][c], u in
-// increasing order within each of ColumnReduceSlices(units) interleaved slices
-// (blockDim.y), then the slices in order. Launched early (programmatic
-// dependent launch): each waits for the partials' kernel before reading them,
-// and lets the next launch (a backward kernel waits likewise) be scheduled.
-//
-// Many units (ColumnReduceSlices = kColumnReduceMaxSlices, more than 124 units: the
-// in-block and two-block-cluster plans): the earlier kernel, a compile-time
-// 32 slices. A runtime slice count there measured 0.01-0.02 of copy slower
-// on the H200 (BENCHMARKS.md, round 14).
-__global__ void __launch_bounds__(kReduceColumns* kColumnReduceMaxSlices)
-    ManyUnitsColumnReduceKernel(const __grid_constant__ ColumnSums sums, int64_t units,
-                                int32_t hidden) {
-  __shared__ float slice_sums[kColumnReduceMaxSlices][kReduceColumns + 1];
-  BeginDependentGrid();
-  const ColumnOfThread mine = ThisColumn(sums);
-  float total = 0.0f;
-  if (mine.column < hidden) {
-    // Unrolled so that several loads are in flight; the additions keep their order.
-#pragma unroll 4
-    for (int64_t u = threadIdx.y; u < units; u += kColumnReduceMaxSlices) {
-      total += mine.partial[u * hidden + mine.column];
-    }
-  }
-  slice_sums[threadIdx.y][threadIdx.x] = total;
-  __syncthreads();
-  if (threadIdx.y == 0 && mine.column < hidden) {
-    float sum = slice_sums[0][threadIdx.x];
-    for (int s = 1; s < kColumnReduceMaxSlices; ++s) sum += slice_sums[s][threadIdx.x];
-    mine.out[mine.column] = sum;
-  }
-}
-
-// Dynamic shared memory (unused) that a many-units reduction takes when its
-// grid has no more blocks than the device has multiprocessors, so that none
-// of them holds two of its blocks. Launched early, the reduction's blocks are
-// scheduled first on the multiprocessors the row pass leaves free (7 of 132
-// for bf16 LayerNorm 16384 x 1024: 125 blocks of 768 threads fill the
-// register file of the others), two of 1,024 threads each, and then read
-// their partials through those few; one each spreads them. Measured on the
-// H200: +0.007 to +0.012 of copy at H = 768-1024 (bf16 LayerNorm 1024
-// unchanged); given to every many-units grid, it cost a wave where a grid has
-// more blocks than multiprocessors (-0.02 to -0.04 at H = 4096-16384), so
-// those go without (BENCHMARKS.md, round 15).
-constexpr std::size_t kOneBlockPerMultiprocessorBytes = 116 * 1024;
-
-// Fewer units: fewer slices, so that a block's threads each add up to
-// kColumnReduceUnitsPerThread units rather than one or none.
-__global__ void __launch_bounds__(kReduceColumns* kColumnReduceMaxSlices)
-    FewUnitsColumnReduceKernel(const __grid_constant__ ColumnSums sums, int64_t units,
-                               int32_t hidden) {
-  __shared__ float slice_sums[kColumnReduceMaxSlices][kReduceColumns + 1];
-  BeginDependentGrid();
-  const ColumnOfThread mine = ThisColumn(sums);
-  const int slices = static_cast<int>(blockDim.y);
-  // This thread's units, y, y + slices, ...: loaded kColumnReduceUnitsPerThread at
-  // a time into registers (all in flight; a runtime-count loop would leave a
-  // remainder of dependent loads), then added in increasing order.
-  float total = 0.0f;
-  if (mine.column < hidden) {
-    const int64_t step = static_cast<int64_t>(slices) * kColumnReduceUnitsPerThread;
-    for (int64_t base = threadIdx.y; base < units; base += step) {
-      float values[kColumnReduceUnitsPerThread];
-#pragma unroll
-      for (int i = 0; i < kColumnReduceUnitsPerThread; ++i) {
-        const int64_t u = base + static_cast<int64_t>(i) * slices;
-        values[i] = u < units ? mine.partial[u * hidden + mine.column] : 0.0f;
-      }
-#pragma unroll
-      for (int i = 0; i < kColumnReduceUnitsPerThread; ++i) {
-        if (base + static_cast<int64_t>(i) * slices < units) total += values[i];
-      }
-    }
-  }
-  slice_sums[threadIdx.y][threadIdx.x] = total;
-  __syncthreads();
-  if (threadIdx.y == 0 && mine.column < hidden) {
-    // Unrolled to the largest slice count, so that the reads are issued
-    // together rather than one after each addition.
-    float sum = slice_sums[0][threadIdx.x];
-#pragma unroll
-    for (int s = 1; s < kColumnReduceMaxSlices; ++s) {
-      if (s < slices) sum += slice_sums[s][threadIdx.x];
-    }
-    mine.out[mine.column] = sum;
-  }
-}
-
-// Stage 2: dgamma/dbeta (those requested) from the `units` rows of partials
-// the row pass wrote into params' partial arrays.
-Status LaunchColumnReduction(const BackwardArgs& args, const BackwardParams& params, int64_t units,
-                             cudaStream_t stream) {
-  ColumnSums sums = {};
-  unsigned requested = 0;
-  if (args.dgamma != nullptr) {
-    sums.partial[requested] = params.dgamma_partial;
-    sums.out[requested++] = args.dgamma;
-  }
-  if (args.dbeta != nullptr) {
-    sums.partial[requested] = params.dbeta_partial;
-    sums.out[requested++] = args.dbeta;
-  }
-  if (requested == 0) return Status::Ok();
-  const int64_t h = args.hidden;
-  cudaLaunchConfig_t config = {};
-  config.gridDim =
-      dim3(static_cast<unsigned>((h + kReduceColumns - 1) / kReduceColumns), requested);
-  const int slices = ColumnReduceSlices(units);
-  config.blockDim = dim3(kReduceColumns, static_cast<unsigned>(slices));
-  config.stream = stream;
-  cudaLaunchAttribute early = {};
-  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &early;
-  config.numAttrs = 1;
-  const bool many_units = slices == kColumnReduceMaxSlices;
-  const auto reduce = many_units ? ManyUnitsColumnReduceKernel : FewUnitsColumnReduceKernel;
-  if (many_units) {
-    const int64_t multiprocessors = MultiprocessorCount();
-    const int64_t blocks = static_cast<int64_t>(config.gridDim.x) * config.gridDim.y;
-    // ResidentBlocks raises the kernel's dynamic shared memory limit; a
-    // device where the bytes do not give exactly one block a multiprocessor
-    // (or a failed query: 0) launches without them. Scheduling only: the
-    // bits are the same either way.
-    if (multiprocessors > 0 && blocks <= multiprocessors &&
-        ResidentBlocks(reinterpret_cast<const void*>(reduce),
-                       static_cast<int>(config.blockDim.x * config.blockDim.y),
-                       kOneBlockPerMultiprocessorBytes) == multiprocessors) {
-      config.dynamicSmemBytes = kOneBlockPerMultiprocessorBytes;
-    }
-  }
-  return FromCuda("column reduction launch",
-                  cudaLaunchKernelEx(&config, reduce, sums, units, params.hidden));
-}
 
 // How BackwardRealignKernel would take the rows of `args`: every row of x,
 // dy and dx starts at the same offset from a 16-byte boundary (the same

@@ -214,6 +214,10 @@ int ColumnReduceSlices(int64_t units) {
       std::clamp<int64_t>(CeilDiv(units, kColumnReduceUnitsPerThread), 1, kColumnReduceMaxSlices));
 }
 
+bool WideColumnReduction(int64_t hidden) {
+  return hidden % 4 == 0 && hidden >= kWideColumnReduceMinHidden;
+}
+
 std::size_t BackwardDynamicSmemBytes(const KernelPlan& plan) {
   if (UsesStagedBackward(plan)) return BackwardStagedSmemBytes(plan.block_threads, plan.slots);
   if (plan.layout != Layout::kStreamed && plan.groups > 1) {

@@ -185,6 +185,17 @@ inline constexpr int kColumnReduceMaxSlices = 32;
 inline constexpr int kColumnReduceUnitsPerThread = 4;
 int ColumnReduceSlices(int64_t units);
 
+// Column reductions of long rows take the wide kernel (column_reduce.cu):
+// four adjacent columns a thread by 16-byte loads, a quarter of the narrow
+// kernels' threads and blocks (one column a thread: at H = 16384, 1,024
+// blocks of 1,024 threads). Measured on an H100 (kernels/BENCHMARKS.md,
+// round 30): +0.015-0.03 of copy on the backward at H = 16384 and 65536
+// (the reduction 10.8 -> 9.1 us at bf16 1024 x 16384), a tie at 8192 and
+// -0.01 to -0.03 at H <= 4096, where the narrow grids are one wave already.
+// Requires hidden % 4 == 0. The same bits either way (column_reduce.h).
+inline constexpr int64_t kWideColumnReduceMinHidden = 16384;
+bool WideColumnReduction(int64_t hidden);
+
 // Dynamic shared memory of a backward launch of `plan`: the staged kernel's
 // ring, or the register kernel's combine of several rows' partials a block.
 std::size_t BackwardDynamicSmemBytes(const KernelPlan& plan);

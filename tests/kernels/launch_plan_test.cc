@@ -410,5 +410,25 @@ TEST(LaunchPlan, ColumnReductionTestShapesReachTheirPaths) {
   EXPECT_EQ(ColumnReduceSlices(125), kColumnReduceMaxSlices);
 }
 
+TEST(LaunchPlan, WideColumnReductionTakesLongRowsOfWholeColumnQuads) {
+  EXPECT_FALSE(WideColumnReduction(4096));
+  EXPECT_FALSE(WideColumnReduction(8192));
+  EXPECT_FALSE(WideColumnReduction(16383));
+  EXPECT_FALSE(WideColumnReduction(16386));  // not a multiple of 4
+  for (int64_t hidden : {16384, 16388, 65536, 262144}) EXPECT_TRUE(WideColumnReduction(hidden));
+}
+
+// The shapes of BackwardColumnReduction.WideKernelGivesTheNarrowKernelsBits
+// (gpu_column_reduce_test.cc) reach the slice counts its comments name.
+TEST(LaunchPlan, WideColumnReductionTestShapesReachTheirSlices) {
+  EXPECT_EQ(PlanBackwardUnits(12672, 20, DType::kF32).units, 132);
+  EXPECT_EQ(PlanBackwardUnits(1000, 4100, DType::kF32).units, 125);
+  EXPECT_EQ(ColumnReduceSlices(PlanBackwardUnits(1000, 4100, DType::kBF16).units), 16);
+  EXPECT_EQ(ColumnReduceSlices(PlanBackwardUnits(37, 4096, DType::kF32).units), 10);
+  EXPECT_EQ(ColumnReduceSlices(PlanBackwardUnits(20, 4096, DType::kF32).units), 5);
+  EXPECT_EQ(PlanBackwardUnits(58, 65536, DType::kBF16).units, 29);
+  EXPECT_EQ(ColumnReduceSlices(29), 8);
+}
+
 }  // namespace
 }  // namespace normsvc::kernels::detail

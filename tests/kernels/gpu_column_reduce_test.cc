@@ -1,0 +1,172 @@
+// The backward's column reduction: the wide kernel (four columns a thread,
+// several slices a thread) gives the narrow kernels' bits for every slice
+// count it meets, and its results match the double reference.
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "column_reduce.h"
+#include "gpu_backward_case.h"
+#include "gpu_test_support.h"
+#include "launch_plan.h"
+#include "normsvc/kernels/gpu.h"
+
+namespace normsvc::kernels::testing {
+namespace {
+
+// Sets the column reduction's form for the scope, and restores it after.
+class ScopedColumnReduceForm {
+ public:
+  explicit ScopedColumnReduceForm(detail::ColumnReduceForm form)
+      : before_(detail::GetColumnReduceForm()) {
+    detail::SetColumnReduceForm(form);
+  }
+  ~ScopedColumnReduceForm() { detail::SetColumnReduceForm(before_); }
+  ScopedColumnReduceForm(const ScopedColumnReduceForm&) = delete;
+  ScopedColumnReduceForm& operator=(const ScopedColumnReduceForm&) = delete;
+
+ private:
+  detail::ColumnReduceForm before_;
+};
+
+struct ReductionCase {
+  DType dtype;
+  int64_t hidden;
+  int64_t rows;
+  int64_t out_offset;  // floats before dgamma's and dbeta's first column
+};
+
+// Unit counts (PlanBackwardUnits) and the slices they give
+// (ColumnReduceSlices): 132 units, 32 slices of 4-5 units (two batches of
+// loads a slice, four slices a thread); 125 units, 32 slices of 3-4; 63
+// units, 16 slices (two a thread); 37 and 20 rows, 10 and 5 slices (one or
+// two a thread, fewer than 8 slice threads); 29 units of bf16 65536, 8
+// slices. H = 20 and 4100 leave the last block of 128 columns partly outside
+// the row; an output offset of one float leaves dgamma and dbeta off a
+// 16-byte boundary.
+constexpr ReductionCase kCases[] = {
+    {DType::kF32, 20, 12672, 0},    {DType::kF32, 4100, 1000, 1}, {DType::kBF16, 4100, 1000, 0},
+    {DType::kF32, 4096, 37, 0},     {DType::kF32, 4096, 20, 1},   {DType::kBF16, 65536, 58, 0},
+    {DType::kBF16, 16384, 1024, 0},
+};
+
+// One case's inputs on the device (random x, dy and gamma; saved statistics
+// made up per row, since only the two forms' bits are compared), and Run:
+// dgamma then dbeta of a LayerNorm backward launch with `form`, the outputs
+// and the workspace poisoned with `poison` first.
+class ColumnReductionRun {
+ public:
+  ColumnReductionRun(const ReductionCase& c, std::mt19937_64& rng) : c_(c) {
+    HostTensor x(c.dtype, c.rows, c.hidden, c.hidden), dy(c.dtype, c.rows, c.hidden, c.hidden);
+    HostTensor gamma(c.dtype, 1, c.hidden, c.hidden);
+    x.FillNormal(rng, 0.3, 1.7);
+    dy.FillNormal(rng, 0.0, 1.0);
+    gamma.FillNormal(rng, 1.0, 0.5);
+    x_ = x.ToDevice();
+    dy_ = dy.ToDevice();
+    gamma_ = gamma.ToDevice();
+    std::vector<float> mean(c.rows), rstd(c.rows);
+    for (int64_t r = 0; r < c.rows; ++r) {
+      mean[r] = static_cast<float>(0.3 + 0.01 * static_cast<double>(r % 7));
+      rstd[r] = static_cast<float>(0.6 + 0.01 * static_cast<double>(r % 11));
+    }
+    mean_ = DeviceBuffer(c.rows * sizeof(float));
+    rstd_ = DeviceBuffer(c.rows * sizeof(float));
+    mean_.Upload(mean.data(), mean.size() * sizeof(float));
+    rstd_.Upload(rstd.data(), rstd.size() * sizeof(float));
+    dx_ = DeviceBuffer(x.bytes.size());
+    out_ = DeviceBuffer((2 * c.hidden + 2 * c.out_offset) * sizeof(float));
+    workspace_ = DeviceBuffer(BackwardWorkspaceBytes(c.rows, c.hidden));
+  }
+
+  std::vector<uint8_t> Run(detail::ColumnReduceForm form, uint8_t poison) {
+    const ScopedColumnReduceForm scoped(form);
+    out_.Poison(poison);
+    workspace_.Poison(poison);
+    float* const out = static_cast<float*>(out_.get());
+    BackwardArgs a;
+    a.op = NormOp::kLayerNorm;
+    a.rows = c_.rows;
+    a.hidden = c_.hidden;
+    a.epsilon = 1e-5f;
+    a.x_dtype = a.param_dtype = c_.dtype;
+    a.x = x_.get();
+    a.dy = dy_.get();
+    a.x_row_stride = a.dy_row_stride = a.dx_row_stride = c_.hidden;
+    a.gamma = gamma_.get();
+    a.mean = static_cast<const float*>(mean_.get());
+    a.rstd = static_cast<const float*>(rstd_.get());
+    a.dx = dx_.get();
+    a.dgamma = out + c_.out_offset;
+    a.dbeta = out + c_.out_offset + c_.hidden;
+    const Status st = LaunchBackward(a, workspace_.get(), workspace_.bytes(), nullptr);
+    EXPECT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint8_t> bytes = out_.Download();
+    const std::size_t begin = c_.out_offset * sizeof(float);
+    return std::vector<uint8_t>(
+        bytes.begin() + static_cast<std::ptrdiff_t>(begin),
+        bytes.begin() + static_cast<std::ptrdiff_t>(begin + 2 * c_.hidden * sizeof(float)));
+  }
+
+ private:
+  ReductionCase c_;
+  DeviceBuffer x_, dy_, gamma_, mean_, rstd_, dx_, out_, workspace_;
+};
+
+std::string Describe(const ReductionCase& c) {
+  const detail::BackwardUnits units = detail::PlanBackwardUnits(c.rows, c.hidden, c.dtype);
+  return std::string(DTypeName(c.dtype)) + " rows=" + std::to_string(c.rows) +
+         " H=" + std::to_string(c.hidden) + " units=" + std::to_string(units.units) +
+         " slices=" + std::to_string(detail::ColumnReduceSlices(units.units)) +
+         " out_offset=" + std::to_string(c.out_offset);
+}
+
+TEST(BackwardColumnReduction, WideKernelGivesTheNarrowKernelsBits) {
+  NORMSVC_REQUIRE_GPU();
+  std::mt19937_64 rng = SeededRng("backward wide column reduction");
+  for (const ReductionCase& c : kCases) {
+    ColumnReductionRun run(c, rng);
+    const std::vector<uint8_t> narrow = run.Run(detail::ColumnReduceForm::kNarrow, 0x7f);
+    const std::vector<uint8_t> wide = run.Run(detail::ColumnReduceForm::kWide, 0x3c);
+    ASSERT_EQ(narrow.size(), wide.size());
+    std::size_t differing = 0;
+    for (std::size_t i = 0; i < narrow.size(); ++i) differing += narrow[i] != wide[i];
+    EXPECT_EQ(differing, 0u) << Describe(c);
+    // Neither left a column unwritten: no poison word in either result
+    // (0x7f7f7f7f or 0x3c3c3c3c as a float; sums of random data are neither).
+    for (const std::vector<uint8_t>* result : {&narrow, &wide}) {
+      std::size_t poisoned = 0;
+      for (std::size_t i = 0; i + 4 <= result->size(); i += 4) {
+        uint32_t word;
+        std::memcpy(&word, result->data() + i, 4);
+        poisoned += word == 0x7f7f7f7fu || word == 0x3c3c3c3cu;
+      }
+      EXPECT_EQ(poisoned, 0u) << Describe(c);
+    }
+  }
+}
+
+// The wide kernel's results against the double reference (and run to run),
+// through the backward test case, on shapes of several slice counts.
+TEST(BackwardColumnReduction, WideKernelMatchesDoubleReference) {
+  NORMSVC_REQUIRE_GPU();
+  std::mt19937_64 rng = SeededRng("backward wide column reduction reference");
+  const ScopedColumnReduceForm wide(detail::ColumnReduceForm::kWide);
+  for (const ReductionCase& c : {kCases[1], kCases[2], kCases[4], kCases[5]}) {
+    for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+      BackwardSpec s;
+      s.op = op;
+      s.dtype = s.param_dtype = c.dtype;
+      s.rows = c.rows;
+      s.hidden = c.hidden;
+      RunAndCheck(s, rng);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace normsvc::kernels::testing
