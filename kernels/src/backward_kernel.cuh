@@ -52,6 +52,35 @@ __device__ __forceinline__ void WriteUnitPartials(float* const (&partials)[2], i
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         const int chunk = k * team.row_threads + team.rank;
+        if constexpr (W == 8) {
+          // A warp whose 32 chunks are all in the row stores its 256 floats
+          // as two runs of 512 bytes: lane l's store i is float4 32 i + l of
+          // them, half (l & 1) of chunk 16 i + l / 2, fetched by shuffles.
+          // (Each lane storing its own two float4s has every store of the
+          // warp touch every other 16 bytes: twice the L2 sectors.) Row
+          // threads are whole warps here (one row a block, or a cluster's).
+          if (__all_sync(0xffffffffu, chunk < chunks)) {
+            const int lane = static_cast<int>(threadIdx.x) & 31;
+            float4* const warp_dst = reinterpret_cast<float4*>(
+                partials[which] + partial_row + static_cast<int64_t>(chunk - lane) * W);
+            const float4 halves[2] = {make_float4(sums[k][0], sums[k][1], sums[k][2], sums[k][3]),
+                                      make_float4(sums[k][4], sums[k][5], sums[k][6], sums[k][7])};
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+              const int source = 16 * i + (lane >> 1);
+              float4 v[2];
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                v[h].x = __shfl_sync(0xffffffffu, halves[h].x, source);
+                v[h].y = __shfl_sync(0xffffffffu, halves[h].y, source);
+                v[h].z = __shfl_sync(0xffffffffu, halves[h].z, source);
+                v[h].w = __shfl_sync(0xffffffffu, halves[h].w, source);
+              }
+              warp_dst[32 * i + lane] = (lane & 1) != 0 ? v[1] : v[0];
+            }
+            continue;
+          }
+        }
         if (chunk >= chunks) continue;
         float* dst = partials[which] + partial_row + static_cast<int64_t>(chunk) * W;
         if constexpr (W % 4 == 0) {
