@@ -9,7 +9,7 @@
 // and each thread accumulates dy*xhat and dy for its own columns over its
 // rows. A unit then writes one row of fp32 partials (groups of a block are
 // combined in shared memory in group order).
-// Stage 2 (ColumnReduceKernel): dgamma/dbeta = sum of the partials over
+// Stage 2 (column_reduce.h): dgamma/dbeta = sum of the partials over
 // units in a fixed order. No atomics: bitwise reproducible.
 #pragma once
 

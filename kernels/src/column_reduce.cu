@@ -184,6 +184,7 @@ __global__ void __launch_bounds__(kWideColumnThreads* kColumnReduceMaxSlices)
 }
 
 std::atomic<ColumnReduceForm> column_reduce_form{ColumnReduceForm::kAuto};
+std::atomic<int64_t> wide_column_reduction_launches{0};
 
 bool IsAligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
@@ -204,8 +205,11 @@ Status LaunchWideColumnReduction(const ColumnSums& sums, unsigned requested, int
   config.gridDim =
       dim3(static_cast<unsigned>((hidden + kColumnsPerBlock - 1) / kColumnsPerBlock), requested);
   config.blockDim = dim3(kWideColumnThreads, static_cast<unsigned>(ColumnReduceSlices(units)));
-  return FromCuda("column reduction launch",
-                  cudaLaunchKernelEx(&config, WideColumnReduceKernel, sums, units, hidden));
+  const Status launched =
+      FromCuda("column reduction launch",
+               cudaLaunchKernelEx(&config, WideColumnReduceKernel, sums, units, hidden));
+  if (launched.ok()) wide_column_reduction_launches.fetch_add(1, std::memory_order_relaxed);
+  return launched;
 }
 
 }  // namespace
@@ -215,6 +219,9 @@ ColumnReduceForm GetColumnReduceForm() {
 }
 void SetColumnReduceForm(ColumnReduceForm form) {
   column_reduce_form.store(form, std::memory_order_relaxed);
+}
+int64_t WideColumnReductionLaunches() {
+  return wide_column_reduction_launches.load(std::memory_order_relaxed);
 }
 
 Status LaunchColumnReduction(const BackwardArgs& args, const BackwardParams& params, int64_t units,

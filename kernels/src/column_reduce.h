@@ -29,4 +29,8 @@ enum class ColumnReduceForm { kAuto, kNarrow, kWide };
 ColumnReduceForm GetColumnReduceForm();
 void SetColumnReduceForm(ColumnReduceForm form);
 
+// Launches of the wide kernel so far in this process (for tests: proof that
+// a case took it).
+int64_t WideColumnReductionLaunches();
+
 }  // namespace normsvc::kernels::detail

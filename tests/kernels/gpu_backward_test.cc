@@ -15,6 +15,7 @@
 #include "gpu_backward_case.h"
 #include "gpu_test_support.h"
 #include "kernel_registry.h"
+#include "launch_plan.h"
 #include "normsvc/kernels/gpu.h"
 #include "normsvc/kernels/reference.h"
 
@@ -111,6 +112,32 @@ TEST(BackwardColumnReduction, UnitCountsAndColumnTails) {
       s.rows = c.rows;
       s.hidden = c.hidden;
       RunAndCheck(s, rng);
+    }
+  }
+}
+
+// The partials of 16-bit rows one a block (or a cluster): warps whose 32
+// chunks are all in the row store them as runs of 512 bytes (shuffled),
+// the others chunk by chunk. H = 6144: in-block rows of 512 threads, whole
+// warps; 8200 and 16392: clusters whose last chunks leave warps partly past
+// the row's end (1,025 and 2,049 chunks). dgamma and dbeta against the
+// double reference.
+TEST(BackwardPartials, SixteenBitWarpRunsAndRowEnds) {
+  NORMSVC_REQUIRE_GPU();
+  std::mt19937_64 rng = SeededRng("backward 16-bit partial stores");
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (int64_t hidden : {int64_t{6144}, int64_t{8200}, int64_t{16392}}) {
+      ASSERT_EQ(detail::PlanBackward(hidden, dtype).groups, 1) << hidden;
+      for (int64_t rows : {int64_t{3}, int64_t{300}}) {
+        for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+          BackwardSpec s;
+          s.op = op;
+          s.dtype = s.param_dtype = dtype;
+          s.rows = rows;
+          s.hidden = hidden;
+          RunAndCheck(s, rng);
+        }
+      }
     }
   }
 }

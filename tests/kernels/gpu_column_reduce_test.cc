@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -105,11 +106,21 @@ class ColumnReductionRun {
     const Status st = LaunchBackward(a, workspace_.get(), workspace_.bytes(), nullptr);
     EXPECT_TRUE(st.ok()) << st.message();
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    std::vector<uint8_t> bytes = out_.Download();
-    const std::size_t begin = c_.out_offset * sizeof(float);
-    return std::vector<uint8_t>(
-        bytes.begin() + static_cast<std::ptrdiff_t>(begin),
-        bytes.begin() + static_cast<std::ptrdiff_t>(begin + 2 * c_.hidden * sizeof(float)));
+    return out_.Download();
+  }
+
+  // The bytes of dgamma then dbeta in a result of Run, and the guard floats
+  // around them (out_offset before and after).
+  std::vector<uint8_t> Outputs(const std::vector<uint8_t>& bytes) const {
+    const auto begin = bytes.begin() + static_cast<std::ptrdiff_t>(c_.out_offset * sizeof(float));
+    return std::vector<uint8_t>(begin,
+                                begin + static_cast<std::ptrdiff_t>(2 * c_.hidden * sizeof(float)));
+  }
+  std::vector<uint8_t> Guards(const std::vector<uint8_t>& bytes) const {
+    const std::size_t guard = c_.out_offset * sizeof(float);
+    std::vector<uint8_t> guards(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(guard));
+    guards.insert(guards.end(), bytes.end() - static_cast<std::ptrdiff_t>(guard), bytes.end());
+    return guards;
   }
 
  private:
@@ -125,13 +136,28 @@ std::string Describe(const ReductionCase& c) {
          " out_offset=" + std::to_string(c.out_offset);
 }
 
+// Every case takes the kernel each form names (the wide one's launches are
+// counted), and neither writes outside dgamma and dbeta (the guard floats
+// keep their poison).
 TEST(BackwardColumnReduction, WideKernelGivesTheNarrowKernelsBits) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("backward wide column reduction");
+  // The unit counts above are the strided and staged plans'; bf16 4100 would
+  // otherwise take BackwardRealignKernel (with its own units).
+  const ScopedBackwardRealign strided(false);
   for (const ReductionCase& c : kCases) {
     ColumnReductionRun run(c, rng);
-    const std::vector<uint8_t> narrow = run.Run(detail::ColumnReduceForm::kNarrow, 0x7f);
-    const std::vector<uint8_t> wide = run.Run(detail::ColumnReduceForm::kWide, 0x3c);
+    const int64_t before = detail::WideColumnReductionLaunches();
+    const std::vector<uint8_t> narrow_bytes = run.Run(detail::ColumnReduceForm::kNarrow, 0x7f);
+    EXPECT_EQ(detail::WideColumnReductionLaunches(), before) << Describe(c);
+    const std::vector<uint8_t> wide_bytes = run.Run(detail::ColumnReduceForm::kWide, 0x3c);
+    EXPECT_EQ(detail::WideColumnReductionLaunches(), before + 1) << Describe(c);
+    for (const auto& [bytes, poison] :
+         {std::pair{&narrow_bytes, uint8_t{0x7f}}, std::pair{&wide_bytes, uint8_t{0x3c}}}) {
+      for (uint8_t b : run.Guards(*bytes)) EXPECT_EQ(b, poison) << Describe(c);
+    }
+    const std::vector<uint8_t> narrow = run.Outputs(narrow_bytes);
+    const std::vector<uint8_t> wide = run.Outputs(wide_bytes);
     ASSERT_EQ(narrow.size(), wide.size());
     std::size_t differing = 0;
     for (std::size_t i = 0; i < narrow.size(); ++i) differing += narrow[i] != wide[i];
@@ -156,6 +182,7 @@ TEST(BackwardColumnReduction, WideKernelMatchesDoubleReference) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("backward wide column reduction reference");
   const ScopedColumnReduceForm wide(detail::ColumnReduceForm::kWide);
+  const ScopedBackwardRealign strided(false);
   for (const ReductionCase& c : {kCases[1], kCases[2], kCases[4], kCases[5]}) {
     for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
       BackwardSpec s;

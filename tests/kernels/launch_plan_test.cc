@@ -410,6 +410,21 @@ TEST(LaunchPlan, ColumnReductionTestShapesReachTheirPaths) {
   EXPECT_EQ(ColumnReduceSlices(125), kColumnReduceMaxSlices);
 }
 
+// WriteUnitPartials stores a 16-bit row's partials a warp at a time (runs
+// of 512 bytes, the warp's first chunk from its lanes) where a block holds
+// one row's share: those rows are whole warps in every block.
+TEST(LaunchPlan, SixteenBitBackwardRowsOneABlockAreWholeWarps) {
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    for (int64_t hidden = 8; hidden <= kMaxHidden; hidden += 8) {
+      const KernelPlan p = PlanBackward(hidden, dtype);
+      if (p.layout != Layout::kVector || p.groups != 1) continue;
+      ASSERT_EQ(p.row_threads % 32, 0) << hidden;
+      ASSERT_EQ(p.block_threads % 32, 0) << hidden;
+      ASSERT_EQ(p.row_threads, p.block_threads * p.cluster) << hidden;
+    }
+  }
+}
+
 TEST(LaunchPlan, WideColumnReductionTakesLongRowsOfWholeColumnQuads) {
   EXPECT_FALSE(WideColumnReduction(4096));
   EXPECT_FALSE(WideColumnReduction(8192));
