@@ -214,6 +214,10 @@ Status LaunchBackward(const BackwardArgs& args, void* device_workspace, std::siz
           std::to_string(args.rows) + ", " + std::to_string(h) + ") = " + std::to_string(required) +
           " bytes, got " + std::to_string(device_workspace ? workspace_bytes : 0));
     }
+    if (reinterpret_cast<std::uintptr_t>(device_workspace) % 16 != 0) {
+      return detail::InvalidArgument(
+          "backward's device workspace must be 16-byte aligned (cudaMalloc's allocations are)");
+    }
   }
 
   detail::BackwardParams params = {};

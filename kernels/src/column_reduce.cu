@@ -186,17 +186,13 @@ __global__ void __launch_bounds__(kWideColumnThreads* kColumnReduceMaxSlices)
 std::atomic<ColumnReduceForm> column_reduce_form{ColumnReduceForm::kAuto};
 std::atomic<int64_t> wide_column_reduction_launches{0};
 
-bool IsAligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
-// Whether a reduction of `hidden` columns over `sums` takes the wide kernel.
-bool TakesWideKernel(const ColumnSums& sums, unsigned requested, int64_t hidden) {
+// Whether a reduction of `hidden` columns takes the wide kernel. Its 16-byte
+// loads need hidden % 4 == 0; the partial rows then start on 16-byte
+// boundaries of the workspace, which LaunchBackward requires to be aligned.
+bool TakesWideKernel(int64_t hidden) {
   const ColumnReduceForm form = column_reduce_form.load(std::memory_order_relaxed);
   if (form == ColumnReduceForm::kNarrow || hidden % 4 != 0) return false;
-  if (form == ColumnReduceForm::kAuto && !WideColumnReduction(hidden)) return false;
-  for (unsigned i = 0; i < requested; ++i) {
-    if (!IsAligned16(sums.partial[i])) return false;
-  }
-  return true;
+  return form == ColumnReduceForm::kWide || WideColumnReduction(hidden);
 }
 
 Status LaunchWideColumnReduction(const ColumnSums& sums, unsigned requested, int64_t units,
@@ -249,7 +245,7 @@ Status LaunchColumnReduction(const BackwardArgs& args, const BackwardParams& par
   early.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &early;
   config.numAttrs = 1;
-  if (TakesWideKernel(sums, requested, h)) {
+  if (TakesWideKernel(h)) {
     return LaunchWideColumnReduction(sums, requested, units, params.hidden, config);
   }
   const bool many_units = slices == kColumnReduceMaxSlices;

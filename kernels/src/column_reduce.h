@@ -24,7 +24,7 @@ Status LaunchColumnReduction(const BackwardArgs& args, const BackwardParams& par
 // norm_bench --column-reduce, and for tests that compare them): kAuto the
 // wide kernel where WideColumnReduction(hidden) says so and the narrow ones
 // elsewhere, kNarrow the narrow ones everywhere, kWide the wide one wherever
-// it applies (hidden % 4 == 0 and 16-byte aligned partials).
+// it applies (hidden % 4 == 0).
 enum class ColumnReduceForm { kAuto, kNarrow, kWide };
 ColumnReduceForm GetColumnReduceForm();
 void SetColumnReduceForm(ColumnReduceForm form);

@@ -2,9 +2,11 @@
 // dtype and kernel a backward launch of `rows` rows takes, its dgamma/dbeta
 // partials (two rows of H floats a unit) fit; and it never shrinks as rows
 // grow, so a workspace sized for a caller's largest launch serves every
-// smaller one (the server sizes each slot's workspace that way at start).
-// Host code only: runs without a GPU wherever the kernels are built.
+// smaller one (the server sizes each slot's workspace that way at start);
+// and a misaligned workspace is refused. Host code only: runs without a GPU
+// wherever the kernels are built.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -50,6 +52,31 @@ TEST(BackwardWorkspace, HoldsEveryLaunchAndNeverShrinksAsRowsGrow) {
   }
   EXPECT_EQ(BackwardWorkspaceBytes(0, 4096), 0u);
   EXPECT_EQ(BackwardWorkspaceBytes(10, kMaxHidden + 1), 0u);
+}
+
+// A workspace off a 16-byte boundary is refused before anything reaches the
+// device (the partials are 16-byte words): the pointers here are never
+// dereferenced, so this runs without a GPU.
+TEST(BackwardWorkspace, MisalignedWorkspaceIsAnInvalidArgument) {
+  alignas(16) static float host[64];
+  BackwardArgs a;
+  a.op = NormOp::kLayerNorm;
+  a.rows = 4;
+  a.hidden = 4096;
+  a.epsilon = 1e-5f;
+  a.x_dtype = a.param_dtype = DType::kF32;
+  a.x = a.dy = host;
+  a.dx = host;
+  a.x_row_stride = a.dy_row_stride = a.dx_row_stride = a.hidden;
+  a.dgamma = host;
+  const std::size_t bytes = BackwardWorkspaceBytes(a.rows, a.hidden) + 16;
+  std::vector<unsigned char> workspace(bytes + 16);
+  void* misaligned = reinterpret_cast<unsigned char*>(
+                         (reinterpret_cast<std::uintptr_t>(workspace.data()) + 15) / 16 * 16) +
+                     4;
+  const Status st = LaunchBackward(a, misaligned, bytes, nullptr);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("16-byte aligned"), std::string::npos) << st.message();
 }
 
 }  // namespace

@@ -63,6 +63,9 @@ std::size_t BackwardWorkspaceBytes(int64_t rows, int64_t hidden);
 
 // Backward of one tensor. dgamma/dbeta are reduced in two deterministic
 // stages (per-block fp32 partials, then a column reduction): no atomics.
+// The workspace (needed when dgamma or dbeta is requested) is 16-byte
+// aligned, as cudaMalloc's allocations are: the partials are written and
+// read as 16-byte words. A smaller or misaligned one is an invalid argument.
 Status LaunchBackward(const BackwardArgs& args, void* device_workspace, std::size_t workspace_bytes,
                       cudaStream_t stream);
 
