@@ -16,8 +16,9 @@ B=.gpu/bin/kernels/bench/norm_bench
 NCU=$(ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 { nvidia-smi --query-gpu=name,driver_version --format=csv; date -u; } >"$out/device.txt" 2>&1
 S="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats --section InstructionStats --section SourceCounters"
-# norm_bench runs LayerNorm then RMSNorm per dtype: skip 3 launches of each.
-for op_skip in layer_norm:3 rms_norm:13; do
+# norm_bench runs LayerNorm then RMSNorm: 9 warm-up and 10 timed launches of
+# LayerNorm (--iterations 10, three buffer sets), then RMSNorm's.
+for op_skip in layer_norm:3 rms_norm:22; do
   IFS=: read op skip <<<"$op_skip"
   timeout 90 $NCU --clock-control none -k regex:ForwardRing --launch-skip $skip --launch-count 1 $S \
     $B --forward-only --hidden 16384 --dtype fp32 --iterations 10 >"$out/ncu_$op.txt" 2>&1
