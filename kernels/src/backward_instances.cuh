@@ -58,11 +58,6 @@ BackwardKernel BackwardKernelFor(const KernelPlan& plan, int64_t hidden, NormOp 
         return StagedBackwardKernelFor<T, 1>(plan, hidden, op, saved_stats, aligned);
       if (plan.slots == 2)
         return StagedBackwardKernelFor<T, 2>(plan, hidden, op, saved_stats, aligned);
-      // Four-slot plans are fp32 rows that span clusters (PlanBackward).
-      if constexpr (kVectorWidth == 4) {
-        if (plan.slots == 4 && plan.cluster > 1)
-          return BackwardRowsKernel<T, 4, kVectorWidth, true>;
-      }
       return nullptr;
     case Layout::kStrided:
       if (plan.slots == 1 && plan.cluster == 1) return BackwardRowsKernel<T, 1, 1, false>;

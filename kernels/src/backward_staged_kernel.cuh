@@ -227,16 +227,18 @@ __device__ __forceinline__ void StagedBackwardRows(const BackwardParams& p, cons
   WaitAsyncCopies<0>();  // only empty groups can be pending; the ring is reused after
 }
 
-// Launch bound: blocks of up to kBackwardStagedBlockThreads threads; 16-bit
-// rows within a block get up to 80 registers (their 32 accumulators and 16
-// gamma values), fp32 rows 64, so that two blocks of 512 fit on a
-// multiprocessor. 16-bit cluster rows (blocks of 512) get 64 too, so that
-// two of their blocks fit: they spill a few words, and still measured +0.04
-// to +0.08 of copy on the H200 (BENCHMARKS.md, round 12), while the in-block
-// LayerNorm rows lost 0.15 at that bound.
+// Launch bound: 16-bit rows within a block, in blocks of up to
+// kBackwardStagedBlockThreads, get up to 80 registers (their 32 accumulators
+// and 16 gamma values). fp32 rows get 64 in blocks of up to
+// kStagedWideBackwardThreads: two blocks of 512 a multiprocessor, or one of
+// 1,024 (fp32 cluster rows past blocks of 512). 16-bit cluster rows (blocks
+// of 512) get 64 too, so that two of their blocks fit: they spill a few
+// words, and still measured +0.04 to +0.08 of copy on the H200
+// (BENCHMARKS.md, round 12), while the in-block LayerNorm rows lost 0.15 at
+// that bound.
 template <typename T, bool kCluster>
 inline constexpr int kStagedBoundThreads = sizeof(T) == 4
-                                               ? 1024
+                                               ? kStagedWideBackwardThreads
                                                : (kCluster ? kMaxBlockThreads
                                                            : kBackwardStagedBlockThreads);
 template <typename T, bool kCluster>

@@ -175,7 +175,7 @@ KernelPlan PlanForward(int64_t hidden, DType x_dtype) {
 
 // Backward holds the dgamma/dbeta accumulators of its columns per thread:
 // two 16-byte chunks of x's columns in the vector layout (8 fp32 or 16 16-bit
-// elements; 16 fp32 for the largest clustered rows), whose x and dy are staged
+// elements), whose x and dy are staged
 // through shared memory (UsesStagedBackward); 8 elements in the strided one,
 // with the next row's x and dy in registers.
 KernelPlan PlanBackward(int64_t hidden, DType x_dtype) {
@@ -183,16 +183,24 @@ KernelPlan PlanBackward(int64_t hidden, DType x_dtype) {
   if (hidden % w == 0) {
     const int64_t chunks = hidden / w;
     constexpr int slots = 2;
-    const int most_slots = w == 4 ? 4 : 2;  // the instantiated ones
     if (chunks <= 32) return InWideBlock(1, w, PowerOfTwoAtLeast(chunks));
     if (chunks <= slots * kMaxBlockThreads) {
       return InWideBlock(slots, w, std::max(32, PowerOfTwoAtLeast(CeilDiv(chunks, slots))));
     }
-    for (const int s : {slots, most_slots}) {
-      if (chunks <= static_cast<int64_t>(s) * kMaxBlockThreads * kMaxCluster) {
-        return InCluster(Layout::kVector, s, w, kMaxBlockThreads,
-                         static_cast<int>(CeilDiv(chunks, s * kMaxBlockThreads)));
-      }
+    if (chunks <= static_cast<int64_t>(slots) * kMaxBlockThreads * kMaxCluster) {
+      return InCluster(Layout::kVector, slots, w, kMaxBlockThreads,
+                       static_cast<int>(CeilDiv(chunks, slots * kMaxBlockThreads)));
+    }
+    // fp32 rows past that (H = 32,772-65,536): blocks of 1,024 (the staged
+    // kernel's fp32 launch bound), still two chunks a thread. The register
+    // kernel's four chunks a thread in blocks of 512, which served them
+    // before, ran one block (16 warps) a multiprocessor: 0.71 of copy for
+    // fp32 LayerNorm 256 x 65536 on an H100, 0.78 here (BENCHMARKS.md,
+    // round 33).
+    if (w == 4 &&
+        chunks <= static_cast<int64_t>(slots) * kStagedWideBackwardThreads * kMaxCluster) {
+      return InCluster(Layout::kVector, slots, w, kStagedWideBackwardThreads,
+                       static_cast<int>(CeilDiv(chunks, slots * kStagedWideBackwardThreads)));
     }
     return Streamed();
   }

@@ -154,6 +154,11 @@ inline constexpr int64_t kBackwardWaveUnits = 132;
 // share blocks of up to this many threads.
 inline constexpr int kBackwardStagedBlockThreads = 768;
 
+// The staged backward's fp32 blocks in clusters (its fp32 launch bound) for
+// rows past two chunks a thread in clusters of blocks of kMaxBlockThreads
+// (fp32 H = 32,772-65,536).
+inline constexpr int kStagedWideBackwardThreads = 1024;
+
 // Rows in the staged backward's shared-memory ring: the one being computed and
 // kBackwardStages - 1 loading.
 inline constexpr int kBackwardStages = 3;
