@@ -243,8 +243,8 @@ int BackwardResidentBlocks(const KernelPlan& plan, DType x_dtype) {
     if (DTypeSize(x_dtype) != 4 && plan.cluster == 1) return 1;
     return std::max(1, 1024 / plan.block_threads);
   }
-  // BackwardRowsKernel, (512, 1): 109-128 registers a thread with 4 or 8
-  // slots, 40 with one (rows of at most 32 elements).
+  // BackwardRowsKernel (the strided layout), (512, 1): up to 128 registers a
+  // thread with 8 slots, 40 with one (rows of at most 32 elements).
   return std::max(1, (plan.slots == 1 ? 1024 : 512) / plan.block_threads);
 }
 

@@ -61,7 +61,9 @@ enum class Layout : uint8_t {
 inline constexpr int kMaxClusterBlocks = 8;
 
 // The most threads of a block of register-resident rows, and the block size
-// of every cluster plan but the staged ones (kernels' launch bounds rely on it).
+// of every cluster plan but the forward's staged ones and the backward's fp32
+// rows past clusters of it (kStagedWideBackwardThreads); kernels' launch
+// bounds rely on it.
 inline constexpr int kMaxBlockThreads = 512;
 
 // ForwardRealignKernel holds two aligned chunks a slot; with four slots it

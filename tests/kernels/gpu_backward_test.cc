@@ -142,6 +142,34 @@ TEST(BackwardPartials, SixteenBitWarpRunsAndRowEnds) {
   }
 }
 
+// fp32 rows of 8,193-16,384 chunks take the staged kernel in clusters of
+// blocks of kStagedWideBackwardThreads (PlanBackward). H covers clusters of
+// 5 to 7 blocks, rows whose last block is partly past the row's end (32772,
+// 57348) and one that fills its cluster (49152); 65536 is BackwardMatrix's.
+// Saved and recomputed statistics, aligned rows and rows padded off the
+// vector width; dx, dgamma and dbeta against the double reference.
+TEST(BackwardWideClusters, Fp32RowsInBlocksOf1024) {
+  NORMSVC_REQUIRE_GPU();
+  std::mt19937_64 rng = SeededRng("backward fp32 blocks of 1024");
+  for (int64_t hidden : {int64_t{32772}, int64_t{49152}, int64_t{57348}}) {
+    const detail::KernelPlan plan = detail::PlanBackward(hidden, DType::kF32);
+    ASSERT_EQ(plan.block_threads, detail::kStagedWideBackwardThreads) << hidden;
+    ASSERT_GE(plan.cluster, 5) << hidden;
+    ASSERT_LE(plan.cluster, 7) << hidden;
+    for (int64_t rows : {int64_t{3}, int64_t{40}}) {
+      for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+        BackwardSpec s;
+        s.op = op;
+        s.rows = rows;
+        s.hidden = hidden;
+        s.given_stats = rows == 3;
+        s.pad = rows == 3 ? 0 : 3;
+        RunAndCheck(s, rng);
+      }
+    }
+  }
+}
+
 // Each backward launch takes the previous launch's dx as its dy, and every
 // launch writes its partials into the same workspace, in one stream and
 // from a CUDA graph with no synchronization between launches; dx and every

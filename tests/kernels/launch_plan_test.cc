@@ -15,12 +15,14 @@ namespace {
 bool IsPowerOfTwo(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 // The most threads a block of `p` may have.
-int MostBlockThreads(const KernelPlan& p, bool forward) {
+int MostBlockThreads(const KernelPlan& p, int64_t hidden, bool forward) {
   if (p.layout == Layout::kStreamed) return kStreamedThreads;
   if (p.layout == Layout::kStaged) return kStagedWideBlockThreads;
   if (!forward && UsesStagedBackward(p)) {
     // fp32 rows past clusters of blocks of 512 take blocks of 1,024.
-    return p.cluster > 1 && p.width == 4 ? kStagedWideBackwardThreads : kBackwardStagedBlockThreads;
+    const bool wide_fp32 = p.cluster > 1 && p.width == 4 &&
+                           hidden > 2 * p.width * kMaxBlockThreads * kMaxClusterBlocks;
+    return wide_fp32 ? kStagedWideBackwardThreads : kBackwardStagedBlockThreads;
   }
   return 512;
 }
@@ -29,7 +31,7 @@ void ExpectValid(const KernelPlan& p, int64_t hidden, DType dtype, bool forward)
   const std::string where = std::string(forward ? "forward " : "backward ") + DTypeName(dtype) +
                             " H=" + std::to_string(hidden);
   ASSERT_GE(p.Capacity(), hidden) << where;
-  const int most_threads = MostBlockThreads(p, forward);
+  const int most_threads = MostBlockThreads(p, hidden, forward);
   ASSERT_LE(p.block_threads, most_threads) << where;
   // A launch asking for more dynamic shared memory than the kernels' limit
   // fails on the GPU; here it fails on the CPU.
@@ -372,9 +374,17 @@ TEST(LaunchPlan, BackwardUnitsFillOneWave) {
   // fp32 16384: clusters of 4, two blocks a multiprocessor: 62 at once.
   EXPECT_EQ(PlanBackwardUnits(1024, 16384, DType::kF32).units, 61);
   EXPECT_EQ(PlanBackwardUnits(1024, 16384, DType::kF32).rows_per_unit, 17);
-  // fp32 65536: clusters of 8 of the register kernel, one block a
-  // multiprocessor: 15 at once.
+  // fp32 65536: clusters of 8 blocks of 1,024 of the staged kernel, one block
+  // a multiprocessor: 15 at once.
+  EXPECT_EQ(PlanBackward(65536, DType::kF32).block_threads, kStagedWideBackwardThreads);
+  EXPECT_EQ(PlanBackward(65536, DType::kF32).cluster, 8);
   EXPECT_EQ(PlanBackwardUnits(256, 65536, DType::kF32).units, 15);
+  // The boundary: fp32 32768 is the last row in clusters of blocks of 512
+  // (8 of them); 32772 takes 5 blocks of 1,024.
+  EXPECT_EQ(PlanBackward(32768, DType::kF32).block_threads, kMaxBlockThreads);
+  EXPECT_EQ(PlanBackward(32768, DType::kF32).cluster, 8);
+  EXPECT_EQ(PlanBackward(32772, DType::kF32).block_threads, kStagedWideBackwardThreads);
+  EXPECT_EQ(PlanBackward(32772, DType::kF32).cluster, 5);
   // bf16 4096: one block of 768 a multiprocessor, whole groups of 3 rows.
   EXPECT_EQ(PlanBackwardUnits(4096, 4096, DType::kBF16).units, 125);
   for (int64_t hidden : {1, 64, 768, 2049, 4096, 8192, 16384, 32768, 65536, 262144}) {
