@@ -5,7 +5,8 @@
 # kernels/bench/norm_bench_r33 of 208ad78 (the baseline) and
 # tests/kernels/kernels_gpu_test. norm_bench --forward-only --dtype fp32 at
 # H = 16384 of both interleaved three times, the fp32 forward table of each
-# once, then the ring and dispatch tests. Writes under $1, packs $1.tgz.
+# once, then the ring, dispatch and forward matrix tests and 055ca21's
+# BackwardWideClusters (not yet run on a GPU). Writes under $1, packs $1.tgz.
 set -u
 out=${1:?usage: call.sh OUT_DIR}
 mkdir -p "$out"
@@ -24,8 +25,8 @@ for build in norm_bench_r33 norm_bench; do
     >"$out/$build.txt" 2>&1
 done
 tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")"
-timeout 100 $bin/tests/kernels/kernels_gpu_test --gtest_filter='ForwardRing*:*Dispatch*:AllDtypes/ForwardMatrix*' \
+timeout 100 $bin/tests/kernels/kernels_gpu_test --gtest_filter='ForwardRing*:*Dispatch*:AllDtypes/ForwardMatrix*:BackwardWideClusters*' \
   >"$out/kernels_gpu_test.log" 2>&1
-echo "kernels_gpu_test (ring, dispatch, forward matrix) exit $?" | tee -a "$out/device.txt"
+echo "kernels_gpu_test (ring, dispatch, forward matrix, wide backward clusters) exit $?" | tee -a "$out/device.txt"
 grep -E '^\[  (PASSED|FAILED) |tests? ran' "$out/kernels_gpu_test.log" | tail -n 8
 tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")"
