@@ -4,7 +4,8 @@
 # kernels/bench/norm_bench of the round, kernels/bench/norm_bench_r33 of
 # 208ad78 (the baseline). Runs norm_bench --forward-only --dtype fp32 of both builds
 # interleaved twice and both at H = 16384 with --affine gamma|none, then the
-# whole kernels_gpu_test (the benchmark first: device time was short), and
+# whole kernels_gpu_test (the benchmark first, so that a call cut short still
+# returns it), and
 # memcheck over the ring tests with MEMCHECK=1. Writes
 # under $1 and packs it into $1.tgz.
 set -u
