@@ -175,9 +175,9 @@ KernelPlan PlanForward(int64_t hidden, DType x_dtype) {
 
 // Backward holds the dgamma/dbeta accumulators of its columns per thread:
 // two 16-byte chunks of x's columns in the vector layout (8 fp32 or 16 16-bit
-// elements), whose x and dy are staged
-// through shared memory (UsesStagedBackward); 8 elements in the strided one,
-// with the next row's x and dy in registers.
+// elements), whose x and dy are staged through shared memory
+// (UsesStagedBackward); 8 elements in the strided one, with the next row's x
+// and dy in registers.
 KernelPlan PlanBackward(int64_t hidden, DType x_dtype) {
   const int w = VectorWidth(x_dtype);
   if (hidden % w == 0) {
