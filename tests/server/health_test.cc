@@ -44,11 +44,10 @@ std::pair<grpc::StatusCode, int> HealthCheck(int port, const std::string& servic
   request.append(service);
   grpc::ByteBuffer request_buffer = ToBuffer(request), response_buffer;
   auto context = ContextWithDeadline(10);
-  std::promise<grpc::Status> done;
+  AwaitedStatus done;
   stub.UnaryCall(context.get(), "/grpc.health.v1.Health/Check", grpc::StubOptions(),
-                 &request_buffer, &response_buffer,
-                 [&done](grpc::Status status) { done.set_value(std::move(status)); });
-  const grpc::Status status = done.get_future().get();
+                 &request_buffer, &response_buffer, done.Callback());
+  const grpc::Status status = done.Wait();
   // HealthCheckResponse { ServingStatus status = 1; }
   const std::string response = ToString(response_buffer);
   const int serving = response.size() == 2 && response[0] == '\x08' ? response[1] : 0;

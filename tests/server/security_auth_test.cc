@@ -160,11 +160,10 @@ TEST_F(TokenTest, HealthAndReflectionNeedNoToken) {
     grpc::Slice slice(request);
     grpc::ByteBuffer request_buffer(&slice, 1), response_buffer;
     auto context = AuthorizedContext("");
-    std::promise<grpc::Status> done;
+    AwaitedStatus done;
     stub.UnaryCall(context.get(), "/grpc.health.v1.Health/Check", grpc::StubOptions(),
-                   &request_buffer, &response_buffer,
-                   [&done](grpc::Status status) { done.set_value(std::move(status)); });
-    const grpc::Status status = done.get_future().get();
+                   &request_buffer, &response_buffer, done.Callback());
+    const grpc::Status status = done.Wait();
     ASSERT_TRUE(status.ok()) << status.error_message();
     std::vector<grpc::Slice> slices;
     ASSERT_TRUE(response_buffer.Dump(&slices).ok());

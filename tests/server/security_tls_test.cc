@@ -27,11 +27,10 @@ std::pair<grpc::StatusCode, int> HealthCheck(const std::shared_ptr<grpc::Channel
   grpc::Slice slice(request);
   grpc::ByteBuffer request_buffer(&slice, 1), response_buffer;
   auto context = ContextWithDeadline(10);
-  std::promise<grpc::Status> done;
+  AwaitedStatus done;
   stub.UnaryCall(context.get(), "/grpc.health.v1.Health/Check", grpc::StubOptions(),
-                 &request_buffer, &response_buffer,
-                 [&done](grpc::Status status) { done.set_value(std::move(status)); });
-  const grpc::Status status = done.get_future().get();
+                 &request_buffer, &response_buffer, done.Callback());
+  const grpc::Status status = done.Wait();
   std::vector<grpc::Slice> slices;
   int serving = 0;
   if (status.ok() && response_buffer.Dump(&slices).ok() && slices.size() == 1 &&

@@ -406,25 +406,26 @@ std::unique_ptr<grpc::ClientContext> ContextWithDeadline(double seconds) {
   return context;
 }
 
+std::function<void(grpc::Status)> AwaitedStatus::Callback() {
+  started_.store(true, std::memory_order_release);
+  return [this](grpc::Status status) {
+    started_.load(std::memory_order_acquire);
+    done_.set_value(std::move(status));
+  };
+}
+
+grpc::Status AwaitedStatus::Wait() { return done_.get_future().get(); }
+
 grpc::Status RawUnaryCall(int port, const std::string& method, const std::string& request,
                           std::string* reply) {
   grpc::GenericStub stub(ConnectedChannel(port));
   grpc::Slice slice(request.data(), request.size());
   grpc::ByteBuffer request_buffer(&slice, 1), reply_buffer;
   auto context = ContextWithDeadline();
-  std::promise<grpc::Status> done;
-  // The callback runs on gRPC's thread after this thread started the call,
-  // an order gRPC's core keeps where ThreadSanitizer cannot see it; a release
-  // here and an acquire in the callback state it (the promise's shared
-  // state, made here, is written there).
-  std::atomic<bool> started{false};
-  started.store(true, std::memory_order_release);
+  AwaitedStatus done;
   stub.UnaryCall(context.get(), method, grpc::StubOptions(), &request_buffer, &reply_buffer,
-                 [&done, &started](grpc::Status status) {
-                   started.load(std::memory_order_acquire);
-                   done.set_value(std::move(status));
-                 });
-  const grpc::Status status = done.get_future().get();
+                 done.Callback());
+  const grpc::Status status = done.Wait();
   reply->clear();
   std::vector<grpc::Slice> slices;
   if (reply_buffer.Valid() && reply_buffer.Dump(&slices).ok()) {

@@ -3,7 +3,10 @@
 // and an in-process server on a free loopback port.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -77,6 +80,21 @@ std::shared_ptr<grpc::Channel> ConnectedChannel(
 std::unique_ptr<v1::Normalizer::Stub> Connect(int port);
 // A context with a deadline `seconds` from now.
 std::unique_ptr<grpc::ClientContext> ContextWithDeadline(double seconds = 30);
+
+// A callback-API call's final status, awaited on the thread that starts
+// the call: pass Callback() to the call, then Wait(). Callback() releases
+// this object to gRPC's thread, and the callback acquires it there: gRPC's
+// core orders the two where ThreadSanitizer cannot see it (the promise's
+// shared state is made on one thread and set on the other).
+class AwaitedStatus {
+ public:
+  std::function<void(grpc::Status)> Callback();
+  grpc::Status Wait();
+
+ private:
+  std::atomic<bool> started_{false};
+  std::promise<grpc::Status> done_;
+};
 
 // A unary call of `method` (e.g. "/normsvc.v1.Normalizer/Normalize") with
 // `request` as the message's bytes, through a generic stub on 127.0.0.1:
