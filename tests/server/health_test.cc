@@ -1,6 +1,5 @@
 // grpc.health.v1 and server reflection, spoken at the byte level through
 // the generic stub (the test needs no generated code for either service).
-#include <future>
 #include <thread>
 
 #include <grpcpp/generic/generic_stub.h>

@@ -4,7 +4,6 @@
 // descriptors, so a new RPC cannot slip through), health and reflection
 // open, and no effect at all without the flag.
 #include <cstring>
-#include <future>
 
 #include <google/protobuf/descriptor.h>
 #include <grpcpp/generic/generic_stub.h>

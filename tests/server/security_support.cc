@@ -139,15 +139,9 @@ grpc::Status CallWithEmptyMessage(const std::shared_ptr<grpc::Channel>& channel,
   if (!streaming) {
     grpc::Slice empty(std::string{});
     grpc::ByteBuffer request(&empty, 1), response;
-    std::promise<grpc::Status> done;
-    std::atomic<bool> started{false};  // released to the callback (see EmptyStream)
-    started.store(true, std::memory_order_release);
-    stub.UnaryCall(context.get(), path, grpc::StubOptions(), &request, &response,
-                   [&done, &started](grpc::Status status) {
-                     started.load(std::memory_order_acquire);
-                     done.set_value(std::move(status));
-                   });
-    return done.get_future().get();
+    AwaitedStatus done;
+    stub.UnaryCall(context.get(), path, grpc::StubOptions(), &request, &response, done.Callback());
+    return done.Wait();
   }
   EmptyStream stream;
   stub.PrepareBidiStreamingCall(context.get(), path, grpc::StubOptions(), &stream);

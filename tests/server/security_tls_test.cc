@@ -4,7 +4,6 @@
 // configured, only clients with a certificate from that CA get through.
 // The bearer token over TLS rides on the same connections; a plaintext
 // health-only port serves probes that cannot speak TLS.
-#include <future>
 #include <thread>
 
 #include <grpcpp/generic/generic_stub.h>
