@@ -98,13 +98,14 @@ ForwardKernel RealignForwardKernelFor(const KernelPlan& plan, bool single) {
                 : RealignForwardKernelFor<T, P, false>(plan);
 }
 
-// The ring kernel (see UsesRingForward in kernel_registry.h), with
+// The ring kernel of `op` (see UsesRingForward in kernel_registry.h), with
 // gamma/beta in dtype P.
 template <typename T, typename P>
-ForwardKernel RingForwardKernelFor(const KernelPlan& plan) {
+ForwardKernel RingForwardKernelFor(const KernelPlan& plan, NormOp op) {
   constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
   if (plan.layout == Layout::kVector && plan.width == kVectorWidth && plan.slots == kRingSlots) {
-    return ForwardRingKernel<T, P>;
+    return op == NormOp::kLayerNorm ? ForwardRingKernel<T, P, true>
+                                    : ForwardRingKernel<T, P, false>;
   }
   return nullptr;
 }

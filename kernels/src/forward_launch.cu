@@ -112,7 +112,8 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
     // Only where blocks would loop: for fewer row groups than fit at once the
     // ring has nothing to overlap, and ForwardLeanKernel (same bits) starts
     // sooner.
-    const detail::ForwardKernel ring = detail::FindRingForwardKernel(x_dtype, plan, param_dtype);
+    const detail::ForwardKernel ring =
+        detail::FindRingForwardKernel(x_dtype, plan, param_dtype, static_cast<NormOp>(params.op));
     if (ring == nullptr) return Status(Code::kInternal, "no ring forward kernel for this plan");
     const std::size_t smem = detail::RingSharedBytes(plan.block_threads);
     const int64_t resident = ResidentUnits(ring, plan, smem);

@@ -9,9 +9,9 @@ ForwardKernel FindLeanForwardKernelBF16(const KernelPlan& plan, DType param_dtyp
              : LeanForwardKernelFor<__nv_bfloat16, __nv_bfloat16>(plan, single);
 }
 
-ForwardKernel FindRingForwardKernelBF16(const KernelPlan& plan, DType param_dtype) {
-  return param_dtype == DType::kF32 ? RingForwardKernelFor<__nv_bfloat16, float>(plan)
-                                    : RingForwardKernelFor<__nv_bfloat16, __nv_bfloat16>(plan);
+ForwardKernel FindRingForwardKernelBF16(const KernelPlan& plan, DType param_dtype, NormOp op) {
+  return param_dtype == DType::kF32 ? RingForwardKernelFor<__nv_bfloat16, float>(plan, op)
+                                    : RingForwardKernelFor<__nv_bfloat16, __nv_bfloat16>(plan, op);
 }
 
 ForwardKernel FindParamStagedForwardKernelBF16(const KernelPlan& plan) {

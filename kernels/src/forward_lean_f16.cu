@@ -8,9 +8,9 @@ ForwardKernel FindLeanForwardKernelF16(const KernelPlan& plan, DType param_dtype
                                     : LeanForwardKernelFor<__half, __half>(plan, single);
 }
 
-ForwardKernel FindRingForwardKernelF16(const KernelPlan& plan, DType param_dtype) {
-  return param_dtype == DType::kF32 ? RingForwardKernelFor<__half, float>(plan)
-                                    : RingForwardKernelFor<__half, __half>(plan);
+ForwardKernel FindRingForwardKernelF16(const KernelPlan& plan, DType param_dtype, NormOp op) {
+  return param_dtype == DType::kF32 ? RingForwardKernelFor<__half, float>(plan, op)
+                                    : RingForwardKernelFor<__half, __half>(plan, op);
 }
 
 ForwardKernel FindParamStagedForwardKernelF16(const KernelPlan& plan) {

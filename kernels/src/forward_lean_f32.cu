@@ -7,8 +7,8 @@ ForwardKernel FindLeanForwardKernelF32(const KernelPlan& plan, DType param_dtype
   return param_dtype == DType::kF32 ? LeanForwardKernelFor<float, float>(plan, single) : nullptr;
 }
 
-ForwardKernel FindRingForwardKernelF32(const KernelPlan& plan, DType param_dtype) {
-  return param_dtype == DType::kF32 ? RingForwardKernelFor<float, float>(plan) : nullptr;
+ForwardKernel FindRingForwardKernelF32(const KernelPlan& plan, DType param_dtype, NormOp op) {
+  return param_dtype == DType::kF32 ? RingForwardKernelFor<float, float>(plan, op) : nullptr;
 }
 
 ForwardKernel FindParamStagedForwardKernelF32(const KernelPlan& plan) {

@@ -72,16 +72,55 @@ __device__ __forceinline__ void ReadStagedParams(const uint4& slot, float (&v)[W
   for (int j = 0; j < W; ++j) v[j] = PackElement(pack, j);
 }
 
+// Whether WriteLeanRow's kPrefetch applies: only where a chunk of parameters
+// is one 16-byte load (P is T), so that the packs in flight stay within the
+// 64 registers of the lean kernels' launch bound.
+template <typename P, int W, bool kPrefetch, bool kStaged>
+inline constexpr bool kPrefetchParamPacks = kPrefetch && !kStaged && sizeof(P) * W == 16;
+
+// How many chunks ahead of the one being written kPrefetch loads gamma/beta:
+// one (two chunks' packs, 16 registers, in flight). All V ahead made ptxas
+// spill 96 bytes a thread in the fp32 ring kernel; one ahead, 52.
+inline constexpr int kParamLookahead = 1;
+
+// kPrefetch: gamma/beta of chunk k + kParamLookahead are loaded (as raw
+// packs) before chunk k is normalized and written. Otherwise each chunk's
+// loads come right before its arithmetic, and the compiler, at 64 registers,
+// issues them after the previous chunk's store: one read-only-cache (in
+// practice L2) round trip a chunk, V a row, in a row loop that has nothing
+// else to run under them (ForwardRingKernel). Same arithmetic either way.
 template <typename T, typename P, int V, int W, bool kLayerNorm, bool kGamma, bool kBeta,
-          bool kStaged = false>
+          bool kStaged = false, bool kPrefetch = false>
 __device__ __forceinline__ void WriteLeanRow(const DeviceSegment& s, T* out,
                                              const Pack<T, W> (&v)[V], const RowStats& stats,
                                              const RowTeam& team, int chunks,
                                              StagedParams staged = {}) {
   const P* gamma = static_cast<const P*>(s.gamma);
   const P* beta = static_cast<const P*>(s.beta);
+  constexpr bool kPacks = kPrefetchParamPacks<P, W, kPrefetch, kStaged>;
+  constexpr int kRing = kParamLookahead + 1;
+  Pack<P, W> gamma_packs[kPacks ? kRing : 1];
+  Pack<P, W> beta_packs[kPacks ? kRing : 1];
+  const auto load_packs = [&](int k) {
+    const int chunk = k * team.row_threads + team.rank;
+    if (k >= V || chunk >= chunks) return;
+    const int64_t index = static_cast<int64_t>(chunk) * W;
+    if constexpr (kGamma) {
+      reinterpret_cast<uint4&>(gamma_packs[k % kRing]) =
+          __ldg(reinterpret_cast<const uint4*>(gamma + index));
+    }
+    if constexpr (kBeta) {
+      reinterpret_cast<uint4&>(beta_packs[k % kRing]) =
+          __ldg(reinterpret_cast<const uint4*>(beta + index));
+    }
+  };
+  if constexpr (kPacks) {
+#pragma unroll
+    for (int k = 0; k < kParamLookahead; ++k) load_packs(k);
+  }
 #pragma unroll
   for (int k = 0; k < V; ++k) {
+    if constexpr (kPacks) load_packs(k + kParamLookahead);
     const int chunk = k * team.row_threads + team.rank;
     if (chunk >= chunks) continue;
     const int64_t index = static_cast<int64_t>(chunk) * W;
@@ -90,6 +129,12 @@ __device__ __forceinline__ void WriteLeanRow(const DeviceSegment& s, T* out,
     if constexpr (kStaged) {
       if constexpr (kGamma) ReadStagedParams<P, W>(staged.base[k * staged.stride], g);
       if constexpr (kBeta) ReadStagedParams<P, W>(staged.base[(V + k) * staged.stride], b);
+    } else if constexpr (kPacks) {
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        if constexpr (kGamma) g[j] = PackElement(gamma_packs[k % kRing], j);
+        if constexpr (kBeta) b[j] = PackElement(beta_packs[k % kRing], j);
+      }
     } else {
       if constexpr (kGamma) LoadParamsAs<P, W>(gamma + index, true, g);
       if constexpr (kBeta) LoadParamsAs<P, W>(beta + index, true, b);
@@ -124,15 +169,16 @@ __device__ __forceinline__ void WithAffine(const DeviceSegment& s, Write&& write
 
 // Row `r` of segment `s` from its chunks in registers and its statistics:
 // the output (affine specialized per segment) and the saved mean/rstd.
-template <typename T, typename P, int V, int W, bool kLayerNorm, bool kStaged = false>
+template <typename T, typename P, int V, int W, bool kLayerNorm, bool kStaged = false,
+          bool kPrefetch = false>
 __device__ __forceinline__ void FinishLeanRow(const DeviceSegment& s, int64_t r,
                                               const Pack<T, W> (&v)[V], const RowStats& stats,
                                               const RowTeam& team, int chunks,
                                               StagedParams staged = {}) {
   T* out = static_cast<T*>(s.out) + r * s.out_stride;
   WithAffine<kLayerNorm>(s, [&](auto gamma, auto beta) {
-    WriteLeanRow<T, P, V, W, kLayerNorm, decltype(gamma)::value, decltype(beta)::value, kStaged>(
-        s, out, v, stats, team, chunks, staged);
+    WriteLeanRow<T, P, V, W, kLayerNorm, decltype(gamma)::value, decltype(beta)::value, kStaged,
+                 kPrefetch>(s, out, v, stats, team, chunks, staged);
   });
   if (team.rank == 0) {
     if (s.mean != nullptr) s.mean[r] = stats.mean_hi + stats.mean_lo;

@@ -42,14 +42,15 @@ ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, ForwardPa
   return nullptr;
 }
 
-ForwardKernel FindRingForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype) {
+ForwardKernel FindRingForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype,
+                                    NormOp op) {
   switch (x_dtype) {
     case DType::kF32:
-      return FindRingForwardKernelF32(plan, param_dtype);
+      return FindRingForwardKernelF32(plan, param_dtype, op);
     case DType::kF16:
-      return FindRingForwardKernelF16(plan, param_dtype);
+      return FindRingForwardKernelF16(plan, param_dtype, op);
     case DType::kBF16:
-      return FindRingForwardKernelBF16(plan, param_dtype);
+      return FindRingForwardKernelBF16(plan, param_dtype, op);
   }
   return nullptr;
 }

@@ -104,23 +104,30 @@ __device__ __forceinline__ void RingRows(const ForwardParams& p, uint4* cells,
     // kRingStages iterations ahead.
     issue(it + kRingStages, stage);
     stage = stage + 1 == kRingStages ? 0 : stage + 1;
-    if (active) FinishLeanRow<T, P, V, W, kLayerNorm>(s, row, v, stats, team, chunks);
+    // fp32 LayerNorm: the next chunk's parameters are loaded before each
+    // chunk's output (kPrefetch), where a persistent block has no other
+    // block's rows to run under their latency. RMSNorm, whose row loop keeps
+    // two chunks' loads in flight without it, and 16-bit rows (284 bytes of
+    // spills) are left as they were.
+    if (active) {
+      FinishLeanRow<T, P, V, W, kLayerNorm, false, kLayerNorm && sizeof(T) == 4>(s, row, v, stats,
+                                                                                 team, chunks);
+    }
   }
 }
 
-template <typename T, typename P>
+// One kernel an op (kLayerNorm), not a branch on p.op: the registers each
+// op's row loop is allocated do not depend on the other's (with the
+// parameters' lookahead inlined beside it, RMSNorm's loop spilled and lost
+// 0.03 of copy at fp32 H = 16384, BENCHMARKS.md round 34).
+template <typename T, typename P, bool kLayerNorm>
 __global__ void __launch_bounds__(kLeanMaxThreads, kLeanMinBlocks)
     ForwardRingKernel(const __grid_constant__ ForwardParams p) {
   BeginDependentGrid();
   extern __shared__ __align__(128) unsigned char ring_cells[];
   __shared__ ReduceScratch scratch;
   if (p.shape.cluster > 1) BeginClusterExchanges(scratch);
-  uint4* cells = reinterpret_cast<uint4*>(ring_cells);
-  if (p.op == static_cast<uint8_t>(NormOp::kLayerNorm)) {
-    RingRows<T, P, true>(p, cells, scratch);
-  } else {
-    RingRows<T, P, false>(p, cells, scratch);
-  }
+  RingRows<T, P, kLayerNorm>(p, reinterpret_cast<uint4*>(ring_cells), scratch);
   // No block of a cluster may exit while another may still access its shared memory.
   if (p.shape.cluster > 1) ClusterSync();
 }

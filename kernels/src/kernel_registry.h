@@ -113,7 +113,8 @@ ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, ForwardPa
 // (UsesStagedBackward).
 BackwardKernel FindBackwardKernel(DType x_dtype, const KernelPlan& plan, int64_t hidden, NormOp op,
                                   bool saved_stats, bool aligned);
-ForwardKernel FindRingForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype);
+ForwardKernel FindRingForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype,
+                                    NormOp op);
 ForwardKernel FindParamStagedForwardKernel(DType x_dtype, const KernelPlan& plan);
 
 ForwardKernel FindForwardKernelF32(const KernelPlan& plan);
@@ -125,9 +126,9 @@ ForwardKernel FindLeanForwardKernelBF16(const KernelPlan& plan, DType param_dtyp
 ForwardKernel FindRealignForwardKernelF32(const KernelPlan& plan, DType param_dtype, bool single);
 ForwardKernel FindRealignForwardKernelF16(const KernelPlan& plan, DType param_dtype, bool single);
 ForwardKernel FindRealignForwardKernelBF16(const KernelPlan& plan, DType param_dtype, bool single);
-ForwardKernel FindRingForwardKernelF32(const KernelPlan& plan, DType param_dtype);
-ForwardKernel FindRingForwardKernelF16(const KernelPlan& plan, DType param_dtype);
-ForwardKernel FindRingForwardKernelBF16(const KernelPlan& plan, DType param_dtype);
+ForwardKernel FindRingForwardKernelF32(const KernelPlan& plan, DType param_dtype, NormOp op);
+ForwardKernel FindRingForwardKernelF16(const KernelPlan& plan, DType param_dtype, NormOp op);
+ForwardKernel FindRingForwardKernelBF16(const KernelPlan& plan, DType param_dtype, NormOp op);
 ForwardKernel FindParamStagedForwardKernelF32(const KernelPlan& plan);
 ForwardKernel FindParamStagedForwardKernelF16(const KernelPlan& plan);
 ForwardKernel FindParamStagedForwardKernelBF16(const KernelPlan& plan);

@@ -69,8 +69,10 @@ TEST(KernelDispatch, EveryForwardPlanHasItsKernels) {
           }
           if (whole_chunks && detail::UsesRingForward(plan, detail::ForwardPath::kLean, single,
                                                       false, detail::RingPolicy::kEveryPlan)) {
-            ASSERT_NE(detail::FindRingForwardKernel(dtype, plan, param_dtype), nullptr)
-                << "ring " << where;
+            for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+              ASSERT_NE(detail::FindRingForwardKernel(dtype, plan, param_dtype, op), nullptr)
+                  << "ring " << where;
+            }
           }
         }
       }
