@@ -113,12 +113,12 @@ std::string PlanName(const kernels::detail::KernelPlan& p) {
 
 // The plan a backward of contiguous rows from 16-byte aligned buffers takes
 // (BackwardRealignKernel's, named "realign", where it serves).
-std::string BackwardPlanName(int64_t hidden, DType dtype) {
+std::string BackwardPlanName(int64_t hidden, DType dtype, NormOp op) {
   const kernels::detail::KernelPlan realign = kernels::detail::PlanBackwardRealign(hidden, dtype);
   if (realign.slots > 0 && kernels::detail::BackwardRealignEnabled()) {
     return "realign" + PlanName(realign).substr(std::strlen("vector"));
   }
-  return PlanName(kernels::detail::PlanBackward(hidden, dtype));
+  return PlanName(kernels::detail::PlanBackward(hidden, dtype, op));
 }
 
 ForwardSegment Segment(NormOp op, DType dtype, int64_t rows, int64_t hidden, const void* x,
@@ -172,7 +172,7 @@ Record Backward(NormOp op, DType dtype, int64_t hidden, const Pool& pool, int it
   Record r{dx_only ? "backward_dx" : "backward",
            kernels::NormOpName(op),
            kernels::DTypeName(dtype),
-           BackwardPlanName(hidden, dtype),
+           BackwardPlanName(hidden, dtype, op),
            rows,
            hidden};
   r.bytes = static_cast<double>(rows * hidden * 3 * size);

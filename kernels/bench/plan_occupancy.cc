@@ -113,16 +113,16 @@ Row ForwardRow(DType dtype, int64_t rows, int64_t hidden) {
   return row;
 }
 
-Row BackwardRow(const char* direction, DType dtype, int64_t rows, int64_t hidden) {
-  const detail::KernelPlan plan = detail::PlanBackward(hidden, dtype);
+Row BackwardRow(const char* direction, NormOp op, DType dtype, int64_t rows, int64_t hidden) {
+  const detail::KernelPlan plan = detail::PlanBackward(hidden, dtype, op);
   Row row{direction,      DTypeText(dtype),   rows,        hidden,
           PlanText(plan), plan.block_threads, plan.cluster};
   row.dynamic_smem = detail::BackwardDynamicSmemBytes(plan);
   row.model_blocks_per_sm = detail::BackwardResidentBlocks(plan, dtype);
-  row.units = detail::PlanBackwardUnits(rows, hidden, dtype).units;
+  row.units = detail::PlanBackwardUnits(rows, hidden, dtype, op).units;
   const bool aligned = hidden % detail::VectorWidth(dtype) == 0;
-  Query(reinterpret_cast<const void*>(detail::FindBackwardKernel(
-            dtype, plan, hidden, NormOp::kLayerNorm, /*saved_stats=*/true, aligned)),
+  Query(reinterpret_cast<const void*>(
+            detail::FindBackwardKernel(dtype, plan, hidden, op, /*saved_stats=*/true, aligned)),
         row);
   return row;
 }
@@ -152,26 +152,37 @@ int main(int argc, char** argv) {
     for (int64_t hidden : hiddens) {
       const int64_t row_count = (kElements + hidden - 1) / hidden;
       rows.push_back(ForwardRow(dtype, row_count, hidden));
-      rows.push_back(BackwardRow("backward", dtype, row_count, hidden));
+      rows.push_back(BackwardRow("backward", NormOp::kLayerNorm, dtype, row_count, hidden));
+      // RMSNorm's own row where its plan differs (PlanBackward).
+      if (PlanText(detail::PlanBackward(hidden, dtype, NormOp::kRmsNorm)) !=
+          PlanText(detail::PlanBackward(hidden, dtype, NormOp::kLayerNorm))) {
+        rows.push_back(BackwardRow("bwd-rms", NormOp::kRmsNorm, dtype, row_count, hidden));
+      }
     }
   }
 
   // Every backward cluster plan (cluster size, kernel, blocks a
   // multiprocessor) that PlanBackward makes for H up to kMaxHidden, at the
-  // first H that makes it, for 1,024 rows.
+  // first H that makes it, for 1,024 rows (LayerNorm's, then RMSNorm's not
+  // seen).
   for (DType dtype : {DType::kBF16, DType::kF32}) {
     std::vector<std::string> seen;
-    for (int64_t hidden = 1; hidden <= normsvc::kernels::kMaxHidden; ++hidden) {
-      const detail::KernelPlan plan = detail::PlanBackward(hidden, dtype);
-      if (plan.cluster <= 1) continue;
-      const bool staged = detail::UsesStagedBackward(plan);
-      const std::string key = PlanText(plan).substr(0, PlanText(plan).find(" RT")) +
-                              (staged ? " staged" : " rows") + " K" + std::to_string(plan.cluster);
-      bool known = false;
-      for (const std::string& k : seen) known = known || k == key;
-      if (known) continue;
-      seen.push_back(key);
-      rows.push_back(BackwardRow("backward-cluster", dtype, 1024, hidden));
+    for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+      for (int64_t hidden = 1; hidden <= normsvc::kernels::kMaxHidden; ++hidden) {
+        const detail::KernelPlan plan = detail::PlanBackward(hidden, dtype, op);
+        if (plan.cluster <= 1) continue;
+        const bool staged = detail::UsesStagedBackward(plan);
+        const std::string key = PlanText(plan).substr(0, PlanText(plan).find(" RT")) +
+                                (staged ? " staged" : " rows") + " K" +
+                                std::to_string(plan.cluster);
+        bool known = false;
+        for (const std::string& k : seen) known = known || k == key;
+        if (known) continue;
+        seen.push_back(key);
+        rows.push_back(
+            BackwardRow(op == NormOp::kLayerNorm ? "backward-cluster" : "bwd-rms-cluster", op,
+                        dtype, 1024, hidden));
+      }
     }
   }
 

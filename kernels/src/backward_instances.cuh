@@ -13,9 +13,15 @@ namespace normsvc::kernels::detail {
 template <typename T, int V, bool kFull, bool kAligned, bool kCluster>
 BackwardKernel StagedBackwardKernelFor(NormOp op, bool saved_stats) {
   constexpr int kW = static_cast<int>(16 / sizeof(T));
+  // One chunk a thread spans clusters for RMSNorm only (PlanBackward).
+  constexpr bool kRmsNormOnly = V == 1 && kCluster;
   if (op == NormOp::kLayerNorm) {
-    return saved_stats ? BackwardStagedKernel<T, V, kW, kFull, true, true, kAligned, kCluster>
-                       : BackwardStagedKernel<T, V, kW, kFull, true, false, kAligned, kCluster>;
+    if constexpr (kRmsNormOnly) {
+      return nullptr;
+    } else {
+      return saved_stats ? BackwardStagedKernel<T, V, kW, kFull, true, true, kAligned, kCluster>
+                         : BackwardStagedKernel<T, V, kW, kFull, true, false, kAligned, kCluster>;
+    }
   }
   return saved_stats ? BackwardStagedKernel<T, V, kW, kFull, false, true, kAligned, kCluster>
                      : BackwardStagedKernel<T, V, kW, kFull, false, false, kAligned, kCluster>;
@@ -31,12 +37,13 @@ BackwardKernel StagedBackwardKernelFor(const KernelPlan& plan, int64_t hidden, N
 }
 
 // Rows that do not allow 16-byte accesses take the kernels that test every
-// chunk (kFull false): alignment never changes which arithmetic runs. Only
-// two-slot plans span clusters (PlanBackward); they have kernels of their own.
+// chunk (kFull false): alignment never changes which arithmetic runs. The
+// plans that span clusters (PlanBackward: two slots, and one slot for
+// RMSNorm's 16-bit rows) have kernels of their own.
 template <typename T, int V>
 BackwardKernel StagedBackwardKernelFor(const KernelPlan& plan, int64_t hidden, NormOp op,
                                        bool saved_stats, bool aligned) {
-  if constexpr (V == 2) {
+  if constexpr (V == 2 || sizeof(T) == 2) {
     if (plan.cluster > 1) {
       return StagedBackwardKernelFor<T, V, true>(plan, hidden, op, saved_stats, aligned);
     }

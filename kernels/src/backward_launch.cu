@@ -87,7 +87,7 @@ bool RowsShareOffsets(const BackwardArgs& args, int width, BackwardParams* param
 namespace {
 
 // The most units any backward launch of at most `rows` rows of `hidden`
-// elements splits its rows into, over every dtype and kernel, from the unit
+// elements splits its rows into, over every dtype, op and kernel, from the unit
 // planners' rules: PlanBackwardUnits gives at most min(wave, row groups)
 // units; PlanRealignedBackwardUnits, for `classes` offset classes of
 // ceil(rows / period) rows, at most min(max(wave, classes), classes x row
@@ -95,9 +95,11 @@ namespace {
 int64_t MostBackwardUnits(int64_t rows, int64_t hidden) {
   int64_t units = 0;
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-    const detail::KernelPlan plan = detail::PlanBackward(hidden, dtype);
-    units = std::max(units, std::min(detail::BackwardWaveUnits(plan, dtype),
-                                     (rows + plan.groups - 1) / plan.groups));
+    for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+      const detail::KernelPlan plan = detail::PlanBackward(hidden, dtype, op);
+      units = std::max(units, std::min(detail::BackwardWaveUnits(plan, dtype),
+                                       (rows + plan.groups - 1) / plan.groups));
+    }
     const detail::KernelPlan realign = detail::PlanBackwardRealign(hidden, dtype);
     if (realign.slots == 0) continue;
     const int64_t wave =
@@ -203,8 +205,9 @@ Status LaunchBackward(const BackwardArgs& args, void* device_workspace, std::siz
     }
     return Status::Ok();
   }
-  const detail::KernelPlan plan = detail::PlanBackward(h, args.x_dtype);
-  const detail::BackwardUnits units = detail::PlanBackwardUnits(args.rows, h, args.x_dtype);
+  const detail::KernelPlan plan = detail::PlanBackward(h, args.x_dtype, args.op);
+  const detail::BackwardUnits units =
+      detail::PlanBackwardUnits(args.rows, h, args.x_dtype, args.op);
   const bool wants_partials = args.dgamma != nullptr || args.dbeta != nullptr;
   if (wants_partials) {
     const std::size_t required = BackwardWorkspaceBytes(args.rows, h);

@@ -232,8 +232,9 @@ __device__ __forceinline__ void StagedBackwardRows(const BackwardParams& p, cons
 // and 16 gamma values). fp32 rows get 64 in blocks of up to
 // kStagedWideBackwardThreads: two blocks of 512 a multiprocessor, or one of
 // 1,024 (fp32 cluster rows past blocks of 512). 16-bit cluster rows (blocks
-// of 512) get 64 too, so that two of their blocks fit: they spill a few
-// words, and still measured +0.04 to +0.08 of copy on the H200
+// of 512; two chunks a thread, or one for RMSNorm's rows of up to eight
+// blocks) get 64 too, so that two of their blocks fit: the two-chunk
+// LayerNorm kernels spill a few words, and still measured +0.04 to +0.08 of copy on the H200
 // (BENCHMARKS.md, round 12), while the in-block LayerNorm rows lost 0.15 at
 // that bound.
 template <typename T, bool kCluster>

@@ -175,10 +175,11 @@ KernelPlan PlanForward(int64_t hidden, DType x_dtype) {
 
 // Backward holds the dgamma/dbeta accumulators of its columns per thread:
 // two 16-byte chunks of x's columns in the vector layout (8 fp32 or 16 16-bit
-// elements), whose x and dy are staged through shared memory
+// elements; one chunk for RMSNorm's 16-bit cluster rows of blocks of 512),
+// whose x and dy are staged through shared memory
 // (UsesStagedBackward); 8 elements in the strided one, with the next row's x
 // and dy in registers.
-KernelPlan PlanBackward(int64_t hidden, DType x_dtype) {
+KernelPlan PlanBackward(int64_t hidden, DType x_dtype, NormOp op) {
   const int w = VectorWidth(x_dtype);
   if (hidden % w == 0) {
     const int64_t chunks = hidden / w;
@@ -186,6 +187,18 @@ KernelPlan PlanBackward(int64_t hidden, DType x_dtype) {
     if (chunks <= 32) return InWideBlock(1, w, PowerOfTwoAtLeast(chunks));
     if (chunks <= slots * kMaxBlockThreads) {
       return InWideBlock(slots, w, std::max(32, PowerOfTwoAtLeast(CeilDiv(chunks, slots))));
+    }
+    // RMSNorm's 16-bit rows past a block, while eight blocks of 512 hold them
+    // one chunk a thread (H = 8,200-32,768): twice the blocks a cluster, so
+    // about half the units and half the partial bytes, and no spills. +0.03
+    // of copy at bf16 RMSNorm 1024 x 16384 on an H100; LayerNorm lost 0.03
+    // there (its row pass 0.10: two sums a row and more work an element over
+    // half the elements a thread), and blocks of 1,024 for the longer 16-bit
+    // rows gained under 0.01 (BENCHMARKS.md, round 35).
+    if (op == NormOp::kRmsNorm && w == 8 &&
+        chunks <= static_cast<int64_t>(kMaxBlockThreads) * kMaxCluster) {
+      return InCluster(Layout::kVector, 1, w, kMaxBlockThreads,
+                       static_cast<int>(CeilDiv(chunks, kMaxBlockThreads)));
     }
     if (chunks <= static_cast<int64_t>(slots) * kMaxBlockThreads * kMaxCluster) {
       return InCluster(Layout::kVector, slots, w, kMaxBlockThreads,
@@ -337,10 +350,10 @@ RealignedBackwardUnits PlanRealignedBackwardUnits(int64_t rows, int64_t hidden,
   return result;
 }
 
-BackwardUnits PlanBackwardUnits(int64_t rows, int64_t hidden, DType x_dtype) {
+BackwardUnits PlanBackwardUnits(int64_t rows, int64_t hidden, DType x_dtype, NormOp op) {
   BackwardUnits result;
   if (rows <= 0) return result;
-  const KernelPlan plan = PlanBackward(hidden, x_dtype);
+  const KernelPlan plan = PlanBackward(hidden, x_dtype, op);
   const int64_t cap = BackwardWaveUnits(plan, x_dtype);
   const int64_t wanted = std::min(cap, CeilDiv(rows, plan.groups));
   // Whole row groups a unit, so that no group of a block idles but in the last unit.

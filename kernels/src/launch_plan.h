@@ -107,18 +107,20 @@ struct KernelPlan {
 int VectorWidth(DType dtype);
 
 KernelPlan PlanForward(int64_t hidden, DType x_dtype);
-KernelPlan PlanBackward(int64_t hidden, DType x_dtype);
+// Backward plans depend on the op too (RMSNorm's 16-bit rows of H =
+// 8,200-32,768 take one chunk a thread: launch_plan.cc).
+KernelPlan PlanBackward(int64_t hidden, DType x_dtype, NormOp op);
 
 // Backward splits the rows into `units` contiguous ranges of `rows_per_unit`
 // rows (the last may be shorter); each unit writes one row of fp32 dgamma and
 // dbeta partials, reduced over units in a fixed order afterwards. A function
-// of (rows, hidden, dtype) only, so results are reproducible run to run and
-// machine to machine.
+// of (rows, hidden, dtype, op) only, so results are reproducible run to run
+// and machine to machine.
 struct BackwardUnits {
   int64_t units = 0;
   int64_t rows_per_unit = 0;
 };
-BackwardUnits PlanBackwardUnits(int64_t rows, int64_t hidden, DType x_dtype);
+BackwardUnits PlanBackwardUnits(int64_t rows, int64_t hidden, DType x_dtype, NormOp op);
 
 // Blocks of `plan`'s backward kernel a multiprocessor holds, from the
 // kernels' launch bounds and shared memory (backward_staged_kernel.cuh,

@@ -34,8 +34,12 @@ TEST(BackwardWorkspace, HoldsEveryLaunchAndNeverShrinksAsRowsGrow) {
       ASSERT_GE(bytes, previous) << "H " << hidden << " rows " << rows;
       previous = bytes;
       for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-        ASSERT_LE(PartialBytes(detail::PlanBackwardUnits(rows, hidden, dtype).units, hidden), bytes)
-            << DTypeName(dtype) << " H " << hidden << " rows " << rows;
+        for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+          ASSERT_LE(PartialBytes(detail::PlanBackwardUnits(rows, hidden, dtype, op).units, hidden),
+                    bytes)
+              << DTypeName(dtype) << " op " << static_cast<int>(op) << " H " << hidden << " rows "
+              << rows;
+        }
         const detail::KernelPlan realign = detail::PlanBackwardRealign(hidden, dtype);
         if (realign.slots == 0) continue;
         for (int period = 1; period <= detail::VectorWidth(dtype); ++period) {

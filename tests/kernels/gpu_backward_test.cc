@@ -127,9 +127,9 @@ TEST(BackwardPartials, SixteenBitWarpRunsAndRowEnds) {
   std::mt19937_64 rng = SeededRng("backward 16-bit partial stores");
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     for (int64_t hidden : {int64_t{6144}, int64_t{8200}, int64_t{16392}}) {
-      ASSERT_EQ(detail::PlanBackward(hidden, dtype).groups, 1) << hidden;
       for (int64_t rows : {int64_t{3}, int64_t{300}}) {
         for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+          ASSERT_EQ(detail::PlanBackward(hidden, dtype, op).groups, 1) << hidden;
           BackwardSpec s;
           s.op = op;
           s.dtype = s.param_dtype = dtype;
@@ -153,7 +153,8 @@ TEST(BackwardWideClusters, Fp32RowsInBlocksOf1024) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("backward fp32 blocks of 1024");
   for (int64_t hidden : {int64_t{32772}, int64_t{49152}, int64_t{57348}}) {
-    const detail::KernelPlan plan = detail::PlanBackward(hidden, DType::kF32);
+    // fp32 plans are the same for both ops.
+    const detail::KernelPlan plan = detail::PlanBackward(hidden, DType::kF32, NormOp::kRmsNorm);
     ASSERT_EQ(plan.block_threads, detail::kStagedWideBackwardThreads) << hidden;
     ASSERT_EQ(plan.cluster, hidden == 32772 ? 5 : hidden == 49152 ? 6 : 8) << hidden;
     for (int64_t rows : {int64_t{3}, int64_t{40}}) {

@@ -129,7 +129,8 @@ class ColumnReductionRun {
 };
 
 std::string Describe(const ReductionCase& c) {
-  const detail::BackwardUnits units = detail::PlanBackwardUnits(c.rows, c.hidden, c.dtype);
+  const detail::BackwardUnits units =
+      detail::PlanBackwardUnits(c.rows, c.hidden, c.dtype, NormOp::kLayerNorm);
   return std::string(DTypeName(c.dtype)) + " rows=" + std::to_string(c.rows) +
          " H=" + std::to_string(c.hidden) + " units=" + std::to_string(units.units) +
          " slices=" + std::to_string(detail::ColumnReduceSlices(units.units)) +

@@ -84,8 +84,8 @@ TEST(KernelDispatch, EveryForwardPlanHasItsKernels) {
 TEST(KernelDispatch, EveryBackwardPlanHasItsKernels) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     for (int64_t hidden : HiddenSizes()) {
-      const KernelPlan plan = detail::PlanBackward(hidden, dtype);
       for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+        const KernelPlan plan = detail::PlanBackward(hidden, dtype, op);
         for (bool saved : {true, false}) {
           for (bool aligned : {true, false}) {
             ASSERT_NE(detail::FindBackwardKernel(dtype, plan, hidden, op, saved, aligned), nullptr)

@@ -135,7 +135,8 @@ TEST(LaunchPlan, EveryHiddenSizeGetsAValidPlan) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     for (int64_t hidden = 1; hidden <= kMaxHidden; ++hidden) {
       ExpectValid(PlanForward(hidden, dtype), hidden, dtype, true);
-      ExpectValid(PlanBackward(hidden, dtype), hidden, dtype, false);
+      ExpectValid(PlanBackward(hidden, dtype, NormOp::kLayerNorm), hidden, dtype, false);
+      ExpectValid(PlanBackward(hidden, dtype, NormOp::kRmsNorm), hidden, dtype, false);
       if (HasFatalFailure()) return;
     }
   }
@@ -164,7 +165,7 @@ TEST(LaunchPlan, KnownShapes) {
   // offsets; the others take PlanBackwardRealign's, below), and so are
   // forward rows with a partial chunk past kRealignMaxChunks chunks (bf16
   // H = 12289: 1537 chunks).
-  EXPECT_EQ(PlanBackward(2049, DType::kBF16).layout, Layout::kStrided);
+  EXPECT_EQ(PlanBackward(2049, DType::kBF16, NormOp::kLayerNorm).layout, Layout::kStrided);
   EXPECT_EQ(PlanForward(12289, DType::kBF16).layout, Layout::kStrided);
   EXPECT_EQ(PlanForward(12287, DType::kBF16).layout, Layout::kVector);
   // Rows of whole chunks in registers up to a cluster of two blocks of 512
@@ -202,15 +203,15 @@ TEST(LaunchPlan, KnownShapes) {
   EXPECT_EQ(PlanForward(393216, DType::kF32).layout, Layout::kStaged);
   EXPECT_EQ(PlanForward(393217, DType::kF32).layout, Layout::kStreamed);
   EXPECT_EQ(PlanForward(kMaxHidden, DType::kBF16).layout, Layout::kStreamed);
-  EXPECT_EQ(PlanBackward(262144, DType::kF32).layout, Layout::kStreamed);
+  EXPECT_EQ(PlanBackward(262144, DType::kF32, NormOp::kLayerNorm).layout, Layout::kStreamed);
   // Backward bf16 H=4096: 512 chunks, 2 a thread: 256 threads a row, 3 rows
   // in a block of 768 (the staged kernel).
-  const KernelPlan b = PlanBackward(4096, DType::kBF16);
+  const KernelPlan b = PlanBackward(4096, DType::kBF16, NormOp::kLayerNorm);
   EXPECT_TRUE(UsesStagedBackward(b));
   EXPECT_EQ(b.row_threads, 256);
   EXPECT_EQ(b.groups, 3);
   EXPECT_EQ(b.block_threads, 768);
-  EXPECT_FALSE(UsesStagedBackward(PlanBackward(2049, DType::kBF16)));
+  EXPECT_FALSE(UsesStagedBackward(PlanBackward(2049, DType::kBF16, NormOp::kLayerNorm)));
   // Backward rows of such H within BackwardRealignKernel's reach take it when
   // they share their offsets (the launcher's test), as aligned words: bf16
   // H = 2049 covers 257 words, one a thread, 9 warps a row.
@@ -344,14 +345,14 @@ TEST(LaunchPlan, RealignedBackwardUnitsCoverEveryRowOnce) {
 TEST(LaunchPlan, BackwardUnitsCoverEveryRowOnce) {
   for (int64_t rows : {1, 2, 3, 7, 100, 1000, 16384, 1 << 20}) {
     for (int64_t hidden : {1, 768, 4096, 65536, 262144}) {
-      const BackwardUnits u = PlanBackwardUnits(rows, hidden, DType::kBF16);
+      const BackwardUnits u = PlanBackwardUnits(rows, hidden, DType::kBF16, NormOp::kLayerNorm);
       ASSERT_GE(u.units, 1);
       EXPECT_GE(u.units * u.rows_per_unit, rows);
       EXPECT_LT((u.units - 1) * u.rows_per_unit, rows);
-      EXPECT_EQ(u.rows_per_unit % PlanBackward(hidden, DType::kBF16).groups, 0);
+      EXPECT_EQ(u.rows_per_unit % PlanBackward(hidden, DType::kBF16, NormOp::kLayerNorm).groups, 0);
     }
   }
-  EXPECT_EQ(PlanBackwardUnits(0, 4096, DType::kF32).units, 0);
+  EXPECT_EQ(PlanBackwardUnits(0, 4096, DType::kF32, NormOp::kLayerNorm).units, 0);
 }
 
 // 16-bit rows: one wave of units, as many as the multiprocessors hold at
@@ -366,34 +367,62 @@ TEST(LaunchPlan, BackwardUnitsFillOneWave) {
   EXPECT_EQ(ActiveClusters(8, 1), 15);
   // bf16 65536: clusters of 8 blocks of 512, two blocks a multiprocessor: 30
   // at once, so 29 units of 9 rows (not 32 of 8: a second wave of two).
-  EXPECT_EQ(BackwardResidentBlocks(PlanBackward(65536, DType::kBF16), DType::kBF16), 2);
-  EXPECT_EQ(PlanBackwardUnits(256, 65536, DType::kBF16).units, 29);
-  EXPECT_EQ(PlanBackwardUnits(256, 65536, DType::kBF16).rows_per_unit, 9);
+  EXPECT_EQ(
+      BackwardResidentBlocks(PlanBackward(65536, DType::kBF16, NormOp::kLayerNorm), DType::kBF16),
+      2);
+  EXPECT_EQ(PlanBackwardUnits(256, 65536, DType::kBF16, NormOp::kLayerNorm).units, 29);
+  EXPECT_EQ(PlanBackwardUnits(256, 65536, DType::kBF16, NormOp::kLayerNorm).rows_per_unit, 9);
   // bf16 8192: one in-block block of 512 (80 registers) a multiprocessor.
-  EXPECT_EQ(PlanBackwardUnits(2048, 8192, DType::kBF16).units, 128);
+  EXPECT_EQ(PlanBackwardUnits(2048, 8192, DType::kBF16, NormOp::kLayerNorm).units, 128);
   // fp32 16384: clusters of 4, two blocks a multiprocessor: 62 at once.
-  EXPECT_EQ(PlanBackwardUnits(1024, 16384, DType::kF32).units, 61);
-  EXPECT_EQ(PlanBackwardUnits(1024, 16384, DType::kF32).rows_per_unit, 17);
+  EXPECT_EQ(PlanBackwardUnits(1024, 16384, DType::kF32, NormOp::kLayerNorm).units, 61);
+  EXPECT_EQ(PlanBackwardUnits(1024, 16384, DType::kF32, NormOp::kLayerNorm).rows_per_unit, 17);
   // fp32 65536: clusters of 8 blocks of 1,024 of the staged kernel, one block
   // a multiprocessor: 15 at once.
-  EXPECT_EQ(PlanBackward(65536, DType::kF32).block_threads, kStagedWideBackwardThreads);
-  EXPECT_EQ(PlanBackward(65536, DType::kF32).cluster, 8);
-  EXPECT_EQ(PlanBackwardUnits(256, 65536, DType::kF32).units, 15);
+  EXPECT_EQ(PlanBackward(65536, DType::kF32, NormOp::kLayerNorm).block_threads,
+            kStagedWideBackwardThreads);
+  EXPECT_EQ(PlanBackward(65536, DType::kF32, NormOp::kLayerNorm).cluster, 8);
+  EXPECT_EQ(PlanBackwardUnits(256, 65536, DType::kF32, NormOp::kLayerNorm).units, 15);
   // The boundary: fp32 32768 is the last row in clusters of blocks of 512
   // (8 of them); 32772 takes 5 blocks of 1,024.
-  EXPECT_EQ(PlanBackward(32768, DType::kF32).block_threads, kMaxBlockThreads);
-  EXPECT_EQ(PlanBackward(32768, DType::kF32).cluster, 8);
-  EXPECT_EQ(PlanBackward(32772, DType::kF32).block_threads, kStagedWideBackwardThreads);
-  EXPECT_EQ(PlanBackward(32772, DType::kF32).cluster, 5);
+  EXPECT_EQ(PlanBackward(32768, DType::kF32, NormOp::kLayerNorm).block_threads, kMaxBlockThreads);
+  EXPECT_EQ(PlanBackward(32768, DType::kF32, NormOp::kLayerNorm).cluster, 8);
+  EXPECT_EQ(PlanBackward(32772, DType::kF32, NormOp::kLayerNorm).block_threads,
+            kStagedWideBackwardThreads);
+  EXPECT_EQ(PlanBackward(32772, DType::kF32, NormOp::kLayerNorm).cluster, 5);
+  // RMSNorm's 16-bit rows of 8,200-32,768: one chunk a thread in clusters of
+  // blocks of 512 (LayerNorm's: two chunks, half the blocks). bf16 16384: 4
+  // blocks, 62 clusters at once, so 61 units of 17 rows (LayerNorm: 128 of 8).
+  const KernelPlan rms = PlanBackward(16384, DType::kBF16, NormOp::kRmsNorm);
+  EXPECT_EQ(rms.slots, 1);
+  EXPECT_EQ(rms.block_threads, kMaxBlockThreads);
+  EXPECT_EQ(rms.cluster, 4);
+  EXPECT_EQ(PlanBackwardUnits(1024, 16384, DType::kBF16, NormOp::kRmsNorm).units, 61);
+  EXPECT_EQ(PlanBackward(16384, DType::kBF16, NormOp::kLayerNorm).slots, 2);
+  EXPECT_EQ(PlanBackward(16384, DType::kBF16, NormOp::kLayerNorm).cluster, 2);
+  EXPECT_EQ(PlanBackwardUnits(1024, 16384, DType::kBF16, NormOp::kLayerNorm).units, 128);
+  // Its boundaries: 8192 is in a block (two chunks a thread), 8200 takes 3
+  // blocks, 32768 8 blocks; 32776 takes LayerNorm's plan (5 blocks of 512, two
+  // chunks a thread), as do fp32 rows.
+  EXPECT_EQ(PlanBackward(8192, DType::kF16, NormOp::kRmsNorm).cluster, 1);
+  EXPECT_EQ(PlanBackward(8200, DType::kF16, NormOp::kRmsNorm).cluster, 3);
+  EXPECT_EQ(PlanBackward(8200, DType::kF16, NormOp::kRmsNorm).slots, 1);
+  EXPECT_EQ(PlanBackward(32768, DType::kBF16, NormOp::kRmsNorm).cluster, 8);
+  EXPECT_EQ(PlanBackward(32768, DType::kBF16, NormOp::kRmsNorm).slots, 1);
+  EXPECT_EQ(PlanBackward(32776, DType::kBF16, NormOp::kRmsNorm).cluster, 5);
+  EXPECT_EQ(PlanBackward(32776, DType::kBF16, NormOp::kRmsNorm).slots, 2);
+  EXPECT_EQ(PlanBackward(16384, DType::kF32, NormOp::kRmsNorm).slots, 2);
   // bf16 4096: one block of 768 a multiprocessor, whole groups of 3 rows.
-  EXPECT_EQ(PlanBackwardUnits(4096, 4096, DType::kBF16).units, 125);
+  EXPECT_EQ(PlanBackwardUnits(4096, 4096, DType::kBF16, NormOp::kLayerNorm).units, 125);
   for (int64_t hidden : {1, 64, 768, 2049, 4096, 8192, 16384, 32768, 65536, 262144}) {
     for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-      const KernelPlan plan = PlanBackward(hidden, dtype);
-      const int64_t wave = ActiveClusters(plan.cluster, BackwardResidentBlocks(plan, dtype));
-      EXPECT_LE(wave, kBackwardWaveUnits * BackwardResidentBlocks(plan, dtype) / plan.cluster);
-      EXPECT_LE(PlanBackwardUnits(1 << 20, hidden, dtype).units, std::max<int64_t>(1, wave))
-          << hidden;
+      for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+        const KernelPlan plan = PlanBackward(hidden, dtype, op);
+        const int64_t wave = ActiveClusters(plan.cluster, BackwardResidentBlocks(plan, dtype));
+        EXPECT_LE(wave, kBackwardWaveUnits * BackwardResidentBlocks(plan, dtype) / plan.cluster);
+        EXPECT_LE(PlanBackwardUnits(1 << 20, hidden, dtype, op).units, std::max<int64_t>(1, wave))
+            << hidden;
+      }
     }
   }
 }
@@ -419,11 +448,11 @@ TEST(LaunchPlan, ColumnReduceSlicesFollowTheUnitCount) {
 // The shapes of BackwardColumnReduction.UnitCountsAndColumnTails (in the GPU
 // tests) reach the reduction paths its comments name.
 TEST(LaunchPlan, ColumnReductionTestShapesReachTheirPaths) {
-  EXPECT_EQ(PlanBackwardUnits(16896, 5, DType::kF32).units, 528);
-  EXPECT_EQ(PlanBackwardUnits(12672, 20, DType::kF32).units, 132);
-  EXPECT_EQ(PlanBackwardUnits(1000, 4100, DType::kF32).units, 125);
-  EXPECT_EQ(PlanBackwardUnits(1000, 4100, DType::kBF16).units, 63);
-  EXPECT_EQ(PlanBackwardUnits(2000, 1027, DType::kBF16).units, 250);
+  EXPECT_EQ(PlanBackwardUnits(16896, 5, DType::kF32, NormOp::kLayerNorm).units, 528);
+  EXPECT_EQ(PlanBackwardUnits(12672, 20, DType::kF32, NormOp::kLayerNorm).units, 132);
+  EXPECT_EQ(PlanBackwardUnits(1000, 4100, DType::kF32, NormOp::kLayerNorm).units, 125);
+  EXPECT_EQ(PlanBackwardUnits(1000, 4100, DType::kBF16, NormOp::kLayerNorm).units, 63);
+  EXPECT_EQ(PlanBackwardUnits(2000, 1027, DType::kBF16, NormOp::kLayerNorm).units, 250);
   EXPECT_LT(ColumnReduceSlices(63), kColumnReduceMaxSlices);
   EXPECT_EQ(ColumnReduceSlices(125), kColumnReduceMaxSlices);
 }
@@ -434,11 +463,13 @@ TEST(LaunchPlan, ColumnReductionTestShapesReachTheirPaths) {
 TEST(LaunchPlan, SixteenBitBackwardRowsOneABlockAreWholeWarps) {
   for (DType dtype : {DType::kF16, DType::kBF16}) {
     for (int64_t hidden = 8; hidden <= kMaxHidden; hidden += 8) {
-      const KernelPlan p = PlanBackward(hidden, dtype);
-      if (p.layout != Layout::kVector || p.groups != 1) continue;
-      ASSERT_EQ(p.row_threads % 32, 0) << hidden;
-      ASSERT_EQ(p.block_threads % 32, 0) << hidden;
-      ASSERT_EQ(p.row_threads, p.block_threads * p.cluster) << hidden;
+      for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+        const KernelPlan p = PlanBackward(hidden, dtype, op);
+        if (p.layout != Layout::kVector || p.groups != 1) continue;
+        ASSERT_EQ(p.row_threads % 32, 0) << hidden;
+        ASSERT_EQ(p.block_threads % 32, 0) << hidden;
+        ASSERT_EQ(p.row_threads, p.block_threads * p.cluster) << hidden;
+      }
     }
   }
 }
@@ -454,12 +485,16 @@ TEST(LaunchPlan, WideColumnReductionTakesLongRowsOfWholeColumnQuads) {
 // The shapes of BackwardColumnReduction.WideKernelGivesTheNarrowKernelsBits
 // (gpu_column_reduce_test.cc) reach the slice counts its comments name.
 TEST(LaunchPlan, WideColumnReductionTestShapesReachTheirSlices) {
-  EXPECT_EQ(PlanBackwardUnits(12672, 20, DType::kF32).units, 132);
-  EXPECT_EQ(PlanBackwardUnits(1000, 4100, DType::kF32).units, 125);
-  EXPECT_EQ(ColumnReduceSlices(PlanBackwardUnits(1000, 4100, DType::kBF16).units), 16);
-  EXPECT_EQ(ColumnReduceSlices(PlanBackwardUnits(37, 4096, DType::kF32).units), 10);
-  EXPECT_EQ(ColumnReduceSlices(PlanBackwardUnits(20, 4096, DType::kF32).units), 5);
-  EXPECT_EQ(PlanBackwardUnits(58, 65536, DType::kBF16).units, 29);
+  EXPECT_EQ(PlanBackwardUnits(12672, 20, DType::kF32, NormOp::kLayerNorm).units, 132);
+  EXPECT_EQ(PlanBackwardUnits(1000, 4100, DType::kF32, NormOp::kLayerNorm).units, 125);
+  EXPECT_EQ(
+      ColumnReduceSlices(PlanBackwardUnits(1000, 4100, DType::kBF16, NormOp::kLayerNorm).units),
+      16);
+  EXPECT_EQ(ColumnReduceSlices(PlanBackwardUnits(37, 4096, DType::kF32, NormOp::kLayerNorm).units),
+            10);
+  EXPECT_EQ(ColumnReduceSlices(PlanBackwardUnits(20, 4096, DType::kF32, NormOp::kLayerNorm).units),
+            5);
+  EXPECT_EQ(PlanBackwardUnits(58, 65536, DType::kBF16, NormOp::kLayerNorm).units, 29);
   EXPECT_EQ(ColumnReduceSlices(29), 8);
 }
 
