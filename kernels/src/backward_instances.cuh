@@ -10,30 +10,61 @@
 
 namespace normsvc::kernels::detail {
 
-template <typename T, int V, bool kFull, bool kAligned, bool kCluster>
+// Saved statistics a batch of rows at a time (kBatchedStatistics) where it
+// measured a gain (H100, BENCHMARKS.md, round 36): fp32 rows in clusters of
+// blocks of 1,024 (LayerNorm 256 x 65536 +0.08 of copy) and RMSNorm's
+// 16-bit rows of two chunks a thread in clusters (256 x 65536: +0.04); in
+// the other kernels it cost up to 0.04.
+template <typename T, int V, bool kCluster>
+bool BatchesStatistics(const KernelPlan& plan, NormOp op) {
+  if constexpr (!kCluster || V != 2) {
+    return false;
+  } else if constexpr (sizeof(T) == 4) {
+    return plan.block_threads == kStagedWideBackwardThreads;
+  } else {
+    return op == NormOp::kRmsNorm;
+  }
+}
+
+template <typename T, int V, bool kFull, bool kAligned, bool kCluster, bool kBatched>
 BackwardKernel StagedBackwardKernelFor(NormOp op, bool saved_stats) {
   constexpr int kW = static_cast<int>(16 / sizeof(T));
-  // One chunk a thread spans clusters for RMSNorm only (PlanBackward).
-  constexpr bool kRmsNormOnly = V == 1 && kCluster;
+  // One chunk a thread spans clusters for RMSNorm only (PlanBackward); 16-bit
+  // batched kernels are RMSNorm's only (BatchesStatistics).
+  constexpr bool kRmsNormOnly = (V == 1 && kCluster) || (kBatched && sizeof(T) == 2);
   if (op == NormOp::kLayerNorm) {
     if constexpr (kRmsNormOnly) {
       return nullptr;
     } else {
-      return saved_stats ? BackwardStagedKernel<T, V, kW, kFull, true, true, kAligned, kCluster>
-                         : BackwardStagedKernel<T, V, kW, kFull, true, false, kAligned, kCluster>;
+      return saved_stats
+                 ? BackwardStagedKernel<T, V, kW, kFull, true, true, kAligned, kCluster, kBatched>
+                 : BackwardStagedKernel<T, V, kW, kFull, true, false, kAligned, kCluster>;
     }
   }
-  return saved_stats ? BackwardStagedKernel<T, V, kW, kFull, false, true, kAligned, kCluster>
-                     : BackwardStagedKernel<T, V, kW, kFull, false, false, kAligned, kCluster>;
+  return saved_stats
+             ? BackwardStagedKernel<T, V, kW, kFull, false, true, kAligned, kCluster, kBatched>
+             : BackwardStagedKernel<T, V, kW, kFull, false, false, kAligned, kCluster>;
+}
+
+template <typename T, int V, bool kFull, bool kAligned, bool kCluster>
+BackwardKernel StagedBackwardKernelFor(const KernelPlan& plan, NormOp op, bool saved_stats) {
+  if constexpr (kCluster && V == 2) {
+    if (BatchesStatistics<T, V, kCluster>(plan, op)) {
+      return StagedBackwardKernelFor<T, V, kFull, kAligned, kCluster, true>(op, saved_stats);
+    }
+  }
+  return StagedBackwardKernelFor<T, V, kFull, kAligned, kCluster, false>(op, saved_stats);
 }
 
 template <typename T, int V, bool kCluster>
 BackwardKernel StagedBackwardKernelFor(const KernelPlan& plan, int64_t hidden, NormOp op,
                                        bool saved_stats, bool aligned) {
-  if (!aligned) return StagedBackwardKernelFor<T, V, false, false, kCluster>(op, saved_stats);
+  if (!aligned) {
+    return StagedBackwardKernelFor<T, V, false, false, kCluster>(plan, op, saved_stats);
+  }
   const bool full = hidden == static_cast<int64_t>(V) * plan.width * plan.row_threads;
-  return full ? StagedBackwardKernelFor<T, V, true, true, kCluster>(op, saved_stats)
-              : StagedBackwardKernelFor<T, V, false, true, kCluster>(op, saved_stats);
+  return full ? StagedBackwardKernelFor<T, V, true, true, kCluster>(plan, op, saved_stats)
+              : StagedBackwardKernelFor<T, V, false, true, kCluster>(plan, op, saved_stats);
 }
 
 // Rows that do not allow 16-byte accesses take the kernels that test every

@@ -9,7 +9,8 @@
 // only cp.async.wait_group. Rows whose pointers do not allow 16-byte accesses
 // fill their slots with ordinary element loads (no overlap, same values), so
 // a row's bits never depend on alignment. Saved statistics are loaded one row
-// ahead into registers.
+// ahead into registers (kBatchedStatistics: kStatisticsBatch rows at a time,
+// a lane each).
 //
 // The op, whether statistics are given, and whether every thread owns all of
 // its slots are compile-time in the row loop: the per-element work is what
@@ -60,7 +61,8 @@ __device__ __forceinline__ Pack<T, W> PackFromFloats(const float (&v)[W]) {
 // One thread's part of a unit's rows. `ring`: this thread's first slot;
 // slot k of x at stage offset s is ring[s + k * threads], of dy
 // ring[s + (V + k) * threads].
-template <typename T, int V, int W, bool kFull, bool kLayerNorm, bool kSaved, bool kAligned>
+template <typename T, int V, int W, bool kFull, bool kLayerNorm, bool kSaved, bool kAligned,
+          bool kBatchedStatistics>
 __device__ __forceinline__ void StagedBackwardRows(const BackwardParams& p, const RowTeam& team,
                                                    ReduceScratch& scratch, uint4* ring,
                                                    const float (&gamma)[V][W],
@@ -128,7 +130,24 @@ __device__ __forceinline__ void StagedBackwardRows(const BackwardParams& p, cons
   int use_at = 0;
   float next_mean = 0.0f;
   float next_rstd = 0.0f;
-  if (kSaved && rel < count) {
+  // kBatchedStatistics (cluster rows: one row an iteration): lane j <
+  // kStatisticsBatch of every warp holds the statistics of iteration first +
+  // j; each iteration takes its own by a shuffle, and the next batch is
+  // loaded during a batch's last row. Values that differ by lane stay in their
+  // registers until the shuffle; otherwise the compiler may move the row's
+  // value (the same in every lane) into a uniform register as soon as it is
+  // loaded, and every row waits for its load (BENCHMARKS.md, round 36).
+  const int batch_lane = static_cast<int>(threadIdx.x) & 31;
+  auto load_statistics = [&](int first) {
+    const int row = first + batch_lane;
+    if (batch_lane < kStatisticsBatch && row < count) {
+      next_rstd = p.rstd[begin + row];
+      if (kLayerNorm) next_mean = p.mean[begin + row];
+    }
+  };
+  if constexpr (kSaved && kBatchedStatistics) {
+    load_statistics(0);
+  } else if (kSaved && rel < count) {
     next_rstd = p.rstd[begin + rel];
     if (kLayerNorm) next_mean = p.mean[begin + rel];
   }
@@ -140,7 +159,14 @@ __device__ __forceinline__ void StagedBackwardRows(const BackwardParams& p, cons
     float mean_hi = 0.0f;
     float mean_lo = 0.0f;
     float rstd;
-    if constexpr (kSaved) {
+    if constexpr (kSaved && kBatchedStatistics) {
+      // Every thread of the unit runs every iteration (RowSum's contract), so
+      // whole warps shuffle.
+      const int in_batch = it % kStatisticsBatch;
+      rstd = __shfl_sync(0xffffffffu, next_rstd, in_batch);
+      if (kLayerNorm) mean_hi = __shfl_sync(0xffffffffu, next_mean, in_batch);
+      if (in_batch == kStatisticsBatch - 1) load_statistics(it + 1);
+    } else if constexpr (kSaved) {
       mean_hi = next_mean;
       rstd = next_rstd;
       if (rel + groups < count) {
@@ -253,9 +279,10 @@ inline constexpr int kStagedBoundBlocks = sizeof(T) != 4 && kCluster ? 2 : 1;
 // alone, and a run-time alignment test costs predicated instructions in every
 // chunk access. kCluster: the plan's rows span a cluster of blocks; the
 // kernels of in-block plans compile without the cluster steps of the
-// reductions.
+// reductions. kBatchedStatistics: saved statistics kStatisticsBatch rows at
+// a time (StagedBackwardRows; the plans that take it: backward_instances.cuh).
 template <typename T, int V, int W, bool kFull, bool kLayerNorm, bool kSaved, bool kAligned,
-          bool kCluster>
+          bool kCluster, bool kBatchedStatistics = false>
 __global__ void __launch_bounds__(kStagedBoundThreads<T, kCluster>, kStagedBoundBlocks<T, kCluster>)
     BackwardStagedKernel(const __grid_constant__ BackwardParams p) {
   static_assert(sizeof(Pack<T, W>) == 16, "a slot holds one 16-byte chunk");
@@ -288,7 +315,9 @@ __global__ void __launch_bounds__(kStagedBoundThreads<T, kCluster>, kStagedBound
       for (int j = 0; j < W; ++j) gamma[k][j] = 1.0f;
     }
   }
-  StagedBackwardRows<T, V, W, kFull, kLayerNorm, kSaved, kAligned>(
+  static_assert(!kBatchedStatistics || kCluster,
+                "batched statistics: rows of one a unit's iteration");
+  StagedBackwardRows<T, V, W, kFull, kLayerNorm, kSaved, kAligned, kBatchedStatistics>(
       p, team, scratch, ring + threadIdx.x, gamma, dgamma, dbeta);
 
   // One row of partials per unit, as BackwardRowsKernel writes it; the ring

@@ -167,6 +167,11 @@ inline constexpr int kStagedWideBackwardThreads = 1024;
 // kBackwardStages - 1 loading.
 inline constexpr int kBackwardStages = 3;
 
+// Rows whose saved statistics the staged backward's batched kernels
+// (kBatchedStatistics) load at once, a lane each: one load a warp for this
+// many rows, and a batch boundary that tests reach with few rows.
+inline constexpr int kStatisticsBatch = 8;
+
 inline bool UsesStagedBackward(const KernelPlan& plan) {
   return plan.layout == Layout::kVector && plan.slots <= 2;
 }

@@ -116,6 +116,40 @@ TEST(BackwardColumnReduction, UnitCountsAndColumnTails) {
   }
 }
 
+// The staged kernels that load saved statistics kStatisticsBatch rows at a
+// time (a lane each, handed out by shuffles, the next batch loaded during a
+// batch's last row: fp32 rows in clusters of blocks of 1,024 and RMSNorm's
+// 16-bit rows of two chunks a thread in clusters), with rows enough,
+// counted from the unit planner, that every unit runs past two batches and
+// into a third. dx, dgamma and dbeta against the double reference.
+TEST(BackwardStatistics, BatchedStatisticsPastSeveralBatches) {
+  NORMSVC_REQUIRE_GPU();
+  std::mt19937_64 rng = SeededRng("backward saved statistics batches");
+  struct Case {
+    NormOp op;
+    DType dtype;
+    int64_t hidden;
+  };
+  const Case cases[] = {{NormOp::kLayerNorm, DType::kF32, 32772},
+                        {NormOp::kRmsNorm, DType::kF32, 32772},
+                        {NormOp::kRmsNorm, DType::kBF16, 32776}};
+  for (const Case& c : cases) {
+    const detail::KernelPlan plan = detail::PlanBackward(c.hidden, c.dtype, c.op);
+    ASSERT_GT(plan.cluster, 1) << c.hidden;
+    ASSERT_EQ(plan.slots, 2) << c.hidden;
+    const int64_t iterations = 2 * detail::kStatisticsBatch + 3;
+    const int64_t rows = detail::BackwardWaveUnits(plan, c.dtype) * iterations;
+    ASSERT_GE(detail::PlanBackwardUnits(rows, c.hidden, c.dtype, c.op).rows_per_unit, iterations);
+    BackwardSpec s;
+    s.op = c.op;
+    s.dtype = s.param_dtype = c.dtype;
+    s.rows = rows;
+    s.hidden = c.hidden;
+    s.given_stats = true;
+    RunAndCheck(s, rng);
+  }
+}
+
 // The partials of 16-bit rows one a block (or a cluster): warps whose 32
 // chunks are all in the row store them as runs of 512 bytes (shuffled),
 // the others chunk by chunk. H = 6144: in-block rows of 512 threads, whole
