@@ -95,8 +95,8 @@ void Query(const void* kernel, Row& row) {
 }
 
 // A forward or backward row of the report for `plan`, with the runtime's
-// figures for the kernel that serves it (gamma in the x dtype; backward:
-// LayerNorm with saved statistics, 16-byte accesses where H allows).
+// figures for the kernel that serves it (gamma in the x dtype; backward: the
+// row's op with saved statistics, 16-byte accesses where H allows).
 Row ForwardRow(DType dtype, int64_t rows, int64_t hidden) {
   const detail::KernelPlan plan = detail::PlanForward(hidden, dtype);
   Row row{"forward",      DTypeText(dtype),   rows,        hidden,
@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
   // Every backward cluster plan (cluster size, kernel, blocks a
   // multiprocessor) that PlanBackward makes for H up to kMaxHidden, at the
   // first H that makes it, for 1,024 rows (LayerNorm's, then RMSNorm's not
-  // seen).
+  // seen; a plan whose kernel loads statistics in batches is its own).
   for (DType dtype : {DType::kBF16, DType::kF32}) {
     std::vector<std::string> seen;
     for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
@@ -174,7 +174,8 @@ int main(int argc, char** argv) {
         const bool staged = detail::UsesStagedBackward(plan);
         const std::string key = PlanText(plan).substr(0, PlanText(plan).find(" RT")) +
                                 (staged ? " staged" : " rows") + " K" +
-                                std::to_string(plan.cluster);
+                                std::to_string(plan.cluster) +
+                                (detail::BatchesSavedStatistics(plan, dtype, op) ? " batched" : "");
         bool known = false;
         for (const std::string& k : seen) known = known || k == key;
         if (known) continue;

@@ -10,27 +10,11 @@
 
 namespace normsvc::kernels::detail {
 
-// Saved statistics a batch of rows at a time (kBatchedStatistics) where it
-// measured a gain (H100, BENCHMARKS.md, round 36): fp32 rows in clusters of
-// blocks of 1,024 (LayerNorm 256 x 65536 +0.08 of copy) and RMSNorm's
-// 16-bit rows of two chunks a thread in clusters (256 x 65536: +0.04); in
-// the other kernels it cost up to 0.04.
-template <typename T, int V, bool kCluster>
-bool BatchesStatistics(const KernelPlan& plan, NormOp op) {
-  if constexpr (!kCluster || V != 2) {
-    return false;
-  } else if constexpr (sizeof(T) == 4) {
-    return plan.block_threads == kStagedWideBackwardThreads;
-  } else {
-    return op == NormOp::kRmsNorm;
-  }
-}
-
 template <typename T, int V, bool kFull, bool kAligned, bool kCluster, bool kBatched>
 BackwardKernel StagedBackwardKernelFor(NormOp op, bool saved_stats) {
   constexpr int kW = static_cast<int>(16 / sizeof(T));
   // One chunk a thread spans clusters for RMSNorm only (PlanBackward); 16-bit
-  // batched kernels are RMSNorm's only (BatchesStatistics).
+  // batched kernels are RMSNorm's only (BatchesSavedStatistics).
   constexpr bool kRmsNormOnly = (V == 1 && kCluster) || (kBatched && sizeof(T) == 2);
   if (op == NormOp::kLayerNorm) {
     if constexpr (kRmsNormOnly) {
@@ -48,8 +32,10 @@ BackwardKernel StagedBackwardKernelFor(NormOp op, bool saved_stats) {
 
 template <typename T, int V, bool kFull, bool kAligned, bool kCluster>
 BackwardKernel StagedBackwardKernelFor(const KernelPlan& plan, NormOp op, bool saved_stats) {
+  // Saved statistics kStatisticsBatch rows at a time (launch_plan.h): only
+  // two-chunk cluster kernels are compiled that way.
   if constexpr (kCluster && V == 2) {
-    if (BatchesStatistics<T, V, kCluster>(plan, op)) {
+    if (BatchesSavedStatistics(plan, DTypeOfElement<T>(), op)) {
       return StagedBackwardKernelFor<T, V, kFull, kAligned, kCluster, true>(op, saved_stats);
     }
   }

@@ -280,7 +280,7 @@ inline constexpr int kStagedBoundBlocks = sizeof(T) != 4 && kCluster ? 2 : 1;
 // chunk access. kCluster: the plan's rows span a cluster of blocks; the
 // kernels of in-block plans compile without the cluster steps of the
 // reductions. kBatchedStatistics: saved statistics kStatisticsBatch rows at
-// a time (StagedBackwardRows; the plans that take it: backward_instances.cuh).
+// a time (StagedBackwardRows; the plans that take it: BatchesSavedStatistics).
 template <typename T, int V, int W, bool kFull, bool kLayerNorm, bool kSaved, bool kAligned,
           bool kCluster, bool kBatchedStatistics = false>
 __global__ void __launch_bounds__(kStagedBoundThreads<T, kCluster>, kStagedBoundBlocks<T, kCluster>)

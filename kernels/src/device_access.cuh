@@ -17,6 +17,14 @@
 
 namespace normsvc::kernels::detail {
 
+// The DType of elements of type T.
+template <typename T>
+constexpr DType DTypeOfElement() {
+  if constexpr (std::is_same_v<T, float>) return DType::kF32;
+  if constexpr (std::is_same_v<T, __half>) return DType::kF16;
+  return DType::kBF16;
+}
+
 template <typename T, int W>
 struct alignas(sizeof(T) * W) Pack {
   T e[W];

@@ -31,13 +31,6 @@ namespace normsvc::kernels::detail {
 // Chunks a thread normalizes together at the end (their parameters' loads in flight together).
 inline constexpr int kOutputChunksAStep = 2;
 
-template <typename T>
-constexpr DType DTypeOfElement() {
-  if constexpr (std::is_same_v<T, float>) return DType::kF32;
-  if constexpr (std::is_same_v<T, __half>) return DType::kF16;
-  return DType::kBF16;
-}
-
 // The output of a row of whole, aligned chunks whose output and gamma/beta
 // are in the x dtype: the op and the presence of gamma and beta are
 // compile-time, so an element costs the arithmetic alone (the general loop

@@ -230,6 +230,12 @@ KernelPlan PlanBackward(int64_t hidden, DType x_dtype, NormOp op) {
   return Streamed();
 }
 
+bool BatchesSavedStatistics(const KernelPlan& plan, DType x_dtype, NormOp op) {
+  if (!UsesStagedBackward(plan) || plan.cluster == 1 || plan.slots != 2) return false;
+  return DTypeSize(x_dtype) == 4 ? plan.block_threads == kStagedWideBackwardThreads
+                                 : op == NormOp::kRmsNorm;
+}
+
 int ColumnReduceSlices(int64_t units) {
   return static_cast<int>(
       std::clamp<int64_t>(CeilDiv(units, kColumnReduceUnitsPerThread), 1, kColumnReduceMaxSlices));

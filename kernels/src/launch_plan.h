@@ -172,6 +172,14 @@ inline constexpr int kBackwardStages = 3;
 // many rows, and a batch boundary that tests reach with few rows.
 inline constexpr int kStatisticsBatch = 8;
 
+// Whether the staged backward of `plan` loads saved statistics
+// kStatisticsBatch rows at a time, where that measured a gain (H100,
+// BENCHMARKS.md, round 36): fp32 rows in clusters of blocks of 1,024
+// (LayerNorm 256 x 65536 +0.08 of copy) and RMSNorm's 16-bit rows of two
+// chunks a thread in clusters (256 x 65536 +0.04); in the other staged
+// kernels it cost up to 0.04.
+bool BatchesSavedStatistics(const KernelPlan& plan, DType x_dtype, NormOp op);
+
 inline bool UsesStagedBackward(const KernelPlan& plan) {
   return plan.layout == Layout::kVector && plan.slots <= 2;
 }

@@ -99,6 +99,27 @@ TEST(BackwardUnitPlan, BackwardUnitsFillOneWave) {
   }
 }
 
+// The staged backward kernels that load saved statistics kStatisticsBatch
+// rows at a time: fp32 rows in clusters of blocks of 1,024 (both ops), and
+// RMSNorm's 16-bit rows of two chunks a thread in clusters.
+TEST(BackwardUnitPlan, SavedStatisticsBatchedWhereTheyPaid) {
+  const auto batched = [](int64_t hidden, DType dtype, NormOp op) {
+    return BatchesSavedStatistics(PlanBackward(hidden, dtype, op), dtype, op);
+  };
+  for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+    EXPECT_TRUE(batched(65536, DType::kF32, op));
+    EXPECT_TRUE(batched(32772, DType::kF32, op));
+    EXPECT_FALSE(batched(32768, DType::kF32, op));  // blocks of 512
+    EXPECT_FALSE(batched(4096, DType::kF32, op));   // in a block
+    EXPECT_FALSE(batched(4096, DType::kBF16, op));
+  }
+  EXPECT_TRUE(batched(65536, DType::kBF16, NormOp::kRmsNorm));
+  EXPECT_TRUE(batched(32776, DType::kF16, NormOp::kRmsNorm));
+  EXPECT_FALSE(batched(65536, DType::kBF16, NormOp::kLayerNorm));
+  EXPECT_FALSE(batched(16384, DType::kBF16, NormOp::kRmsNorm));  // one chunk a thread
+  EXPECT_FALSE(batched(16384, DType::kBF16, NormOp::kLayerNorm));
+}
+
 TEST(BackwardUnitPlan, ColumnReduceSlicesFollowTheUnitCount) {
   // Each slice adds at most four units; 32 slices at most.
   EXPECT_EQ(ColumnReduceSlices(1), 1);
