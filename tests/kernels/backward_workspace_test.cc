@@ -25,9 +25,10 @@ TEST(BackwardWorkspace, HoldsEveryLaunchAndNeverShrinksAsRowsGrow) {
   std::vector<int64_t> row_counts;
   for (int64_t rows = 1; rows <= 2500; ++rows) row_counts.push_back(rows);
   for (int64_t rows : {4096, 10007, 65536, 1 << 20}) row_counts.push_back(rows);
-  for (int64_t hidden : {int64_t{1}, int64_t{5}, int64_t{64}, int64_t{257}, int64_t{300},
-                         int64_t{768}, int64_t{2049}, int64_t{4096}, int64_t{8191}, int64_t{12289},
-                         int64_t{65536}, int64_t{65537}, int64_t{262144}, kMaxHidden}) {
+  for (int64_t hidden :
+       {int64_t{1}, int64_t{5}, int64_t{64}, int64_t{257}, int64_t{300}, int64_t{768},
+        int64_t{2049}, int64_t{4096}, int64_t{8191}, int64_t{12289}, int64_t{16384}, int64_t{40960},
+        int64_t{65536}, int64_t{65537}, int64_t{262144}, kMaxHidden}) {
     std::size_t previous = 0;
     for (int64_t rows : row_counts) {
       const std::size_t bytes = BackwardWorkspaceBytes(rows, hidden);
