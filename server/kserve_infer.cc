@@ -64,9 +64,15 @@ void KserveInference::Complete(const absl::Status& status) {
   if (status.ok()) ToModelInferResponse(model_, *request_, &normalize_response_, response_);
   timing_.replied = absl::Now();
   timing_.ok = status.ok();
-  // Only names of models that exist get statistics (the map stays bounded).
+  // Only names of models that exist get statistics, and entries of models
+  // that are gone are dropped as new ones come (the map stays bounded).
   const bool known_model = !model_name_.empty() && model_.name == model_name_;
-  if (known_model) statistics_.Record(model_name_, timing_);
+  if (known_model) {
+    const ParameterStore& store = *service_.store;
+    statistics_.Record(model_name_, timing_, [&store](const std::string& name) {
+      return ResolveKserveModel(name, "", store).ok();
+    });
+  }
   service_.metrics->RecordRequest(method_, known_model ? std::optional(model_.op) : std::nullopt,
                                   dtype_, status.code(), timing_.rows,
                                   absl::ToDoubleSeconds(timing_.replied - timing_.received));

@@ -10,6 +10,10 @@ namespace {
 // the server's memory without bound.
 constexpr size_t kMaxBatchSizes = 256;
 
+// Entries kept before the first sweep of models that are gone
+// (KserveStatistics::Record).
+constexpr size_t kMinSweepModels = 64;
+
 // Wall-clock instants may step backwards; a negative interval counts as 0.
 absl::Duration NonNegative(absl::Duration d) { return std::max(d, absl::ZeroDuration()); }
 
@@ -52,14 +56,37 @@ bool KserveStatistics::RecentExecutions::Add(uint64_t id) {
   return true;
 }
 
-void KserveStatistics::Record(const std::string& model, const KserveInferTiming& timing) {
+KserveStatistics::Model& KserveStatistics::EntryOf(const std::string& model,
+                                                   const ModelExists& model_exists) {
+  if (const auto found = models_.find(model); found != models_.end()) return found->second;
+  if (models_.size() >= std::max(sweep_at_, kMinSweepModels)) {
+    for (auto it = models_.begin(); it != models_.end();) {
+      // flat_hash_map's erase(iterator) leaves the other iterators valid.
+      if (model_exists(it->first)) {
+        ++it;
+      } else {
+        models_.erase(it++);
+      }
+    }
+    sweep_at_ = 2 * models_.size();
+  }
+  return models_[model];
+}
+
+size_t KserveStatistics::ModelCount() const {
+  absl::MutexLock lock(&mutex_);
+  return models_.size();
+}
+
+void KserveStatistics::Record(const std::string& model, const KserveInferTiming& timing,
+                              const ModelExists& model_exists) {
   auto add = [](Duration& d, absl::Duration value) {
     ++d.count;
     d.ns += Nanos(value);
   };
   const absl::Duration total = timing.replied - timing.received;
   absl::MutexLock lock(&mutex_);
-  Model& m = models_[model];
+  Model& m = EntryOf(model, model_exists);
   m.last_inference_ms = static_cast<uint64_t>(absl::ToUnixMillis(timing.replied));
   if (!timing.ok) {
     add(m.fail, total);

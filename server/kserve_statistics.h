@@ -38,6 +38,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -63,7 +64,21 @@ struct KserveInferTiming {
 
 class KserveStatistics {
  public:
-  void Record(const std::string& model, const KserveInferTiming& timing);
+  // Whether a model (by name) still exists: the service's resolution of it.
+  using ModelExists = std::function<bool(const std::string&)>;
+
+  // Adds one request's figures to `model`'s. Entries outlive the models they
+  // count (a set deleted, or replaced under another name), so when a new
+  // model's entry would take the map past twice the models found live at
+  // the last sweep (and past kMinSweepModels), `model_exists` is asked,
+  // under the statistics' lock, about every entry, and those of models that
+  // are gone are dropped: a client that registers, uses and deletes sets
+  // under ever new names keeps the map bounded by about twice the models
+  // that exist.
+  void Record(const std::string& model, const KserveInferTiming& timing,
+              const ModelExists& model_exists);
+  // Models with an entry (tests).
+  size_t ModelCount() const;
   // Statistics of `model`, zeros if it has not run yet.
   void Fill(const std::string& model, inference::ModelStatistics* out) const;
 
@@ -96,8 +111,13 @@ class KserveStatistics {
     // (BatchExecution::stages_untimed).
     double h2d_share = 0, d2h_share = 0;
   };
+  // The entry of `model`, created if absent (after a sweep when due).
+  Model& EntryOf(const std::string& model, const ModelExists& model_exists)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+
   mutable absl::Mutex mutex_;
   absl::flat_hash_map<std::string, Model> models_ ABSL_GUARDED_BY(mutex_);
+  size_t sweep_at_ ABSL_GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace normsvc::server

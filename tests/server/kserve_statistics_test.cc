@@ -6,7 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "server/batch_worker.h"
@@ -48,6 +51,8 @@ KserveInferTiming Ran(int64_t rows, int64_t received_us, const BatchExecution& e
   return t;
 }
 
+const KserveStatistics::ModelExists kEveryModelExists = [](const std::string&) { return true; };
+
 inference::ModelStatistics Fill(const KserveStatistics& stats, const std::string& model) {
   inference::ModelStatistics out;
   stats.Fill(model, &out);
@@ -57,7 +62,7 @@ inference::ModelStatistics Fill(const KserveStatistics& stats, const std::string
 TEST(KserveStatisticsTest, SplitsOneRequestIntoDisjointQueueAndComputeIntervals) {
   KserveStatistics stats;
   // Run 40..140 us with a 20 us upload and a 30 us download: 50 us of kernels.
-  stats.Record("layernorm", Ran(3, 0, Execution(7, 3, 40, 140, 20, 30)));
+  stats.Record("layernorm", Ran(3, 0, Execution(7, 3, 40, 140, 20, 30)), kEveryModelExists);
   const auto out = Fill(stats, "layernorm");
   const auto& s = out.inference_stats();
   EXPECT_EQ(out.inference_count(), 3u);
@@ -92,14 +97,14 @@ TEST(KserveStatisticsTest, UntimedBatchesSplitInTheSharesOfTheLastTimedOne) {
   BatchExecution untimed_first = Execution(1, 2, 100, 200);
   untimed_first.stages_untimed = true;
   untimed_first.kernel_seconds.reset();
-  stats.Record("layernorm", Ran(2, 90, untimed_first));
+  stats.Record("layernorm", Ran(2, 90, untimed_first), kEveryModelExists);
   // Timed: run 100 us, upload 20 (0.2), download 30 (0.3).
-  stats.Record("layernorm", Ran(2, 290, Execution(2, 2, 300, 400, 20, 30)));
+  stats.Record("layernorm", Ran(2, 290, Execution(2, 2, 300, 400, 20, 30)), kEveryModelExists);
   // Untimed, run 60 us: 12 us upload, 18 us download, 30 us compute.
   BatchExecution untimed = Execution(3, 2, 500, 560);
   untimed.stages_untimed = true;
   untimed.kernel_seconds.reset();
-  stats.Record("layernorm", Ran(2, 490, untimed));
+  stats.Record("layernorm", Ran(2, 490, untimed), kEveryModelExists);
 
   const auto out = Fill(stats, "layernorm");
   const auto& s = out.inference_stats();
@@ -120,25 +125,25 @@ TEST(KserveStatisticsTest, ExecutionsCountOncePerBatchAndBatchStatsKeyOnTheLaunc
   // Batch 1: two layernorm requests (2 + 4 rows) and one rmsnorm request
   // (2 rows) in one 8-row launch, no copies (the CPU executor), run 100 us.
   const BatchExecution b1 = Execution(1, 8, 100, 200);
-  stats.Record("layernorm", Ran(2, 0, b1));
-  stats.Record("rmsnorm", Ran(2, 20, b1));
-  stats.Record("layernorm", Ran(4, 50, b1));
+  stats.Record("layernorm", Ran(2, 0, b1), kEveryModelExists);
+  stats.Record("rmsnorm", Ran(2, 20, b1), kEveryModelExists);
+  stats.Record("layernorm", Ran(4, 50, b1), kEveryModelExists);
   // Batch 2: one layernorm request alone (4 rows), run 60 us; batch 3: the
   // same size again, 40 us.
-  stats.Record("layernorm", Ran(4, 300, Execution(2, 4, 320, 380)));
-  stats.Record("layernorm", Ran(4, 400, Execution(3, 4, 410, 450)));
+  stats.Record("layernorm", Ran(4, 300, Execution(2, 4, 320, 380)), kEveryModelExists);
+  stats.Record("layernorm", Ran(4, 400, Execution(3, 4, 410, 450)), kEveryModelExists);
   // A failure and an empty request: neither runs anything.
   KserveInferTiming failed;
   failed.received = At(500);
   failed.replied = At(507);
-  stats.Record("layernorm", failed);
+  stats.Record("layernorm", failed, kEveryModelExists);
   KserveInferTiming empty;
   empty.ok = true;
   empty.received = At(600);
   empty.accepted = At(603);
   empty.completed = At(603);
   empty.replied = At(604);
-  stats.Record("layernorm", empty);
+  stats.Record("layernorm", empty, kEveryModelExists);
 
   const auto ln = Fill(stats, "layernorm");
   EXPECT_EQ(ln.inference_count(), 2u + 4u + 4u + 4u);
@@ -183,10 +188,10 @@ TEST(KserveStatisticsTest, ExecutionsCountOncePerBatchAndBatchStatsKeyOnTheLaunc
 TEST(KserveStatisticsTest, StageTimingsAreClippedToTheRunAndClockStepsCountAsZero) {
   KserveStatistics stats;
   // A 10 us run whose copies claim 8 + 5 us: the download gets what is left.
-  stats.Record("rmsnorm", Ran(1, 0, Execution(1, 1, 20, 30, 8, 5)));
+  stats.Record("rmsnorm", Ran(1, 0, Execution(1, 1, 20, 30, 8, 5)), kEveryModelExists);
   // A wall clock that stepped back: the run "started" before acceptance.
   KserveInferTiming stepped = Ran(1, 100, Execution(2, 1, 105, 150));
-  stats.Record("rmsnorm", stepped);
+  stats.Record("rmsnorm", stepped, kEveryModelExists);
   const auto s = Fill(stats, "rmsnorm").inference_stats();
   EXPECT_EQ(s.compute_input().ns(), (10u + 8u + 10u) * 1000);
   EXPECT_EQ(s.compute_infer().ns(), (0u + 45u) * 1000);
@@ -200,16 +205,53 @@ TEST(KserveStatisticsTest, AnExecutionSeenAgainAfterManyOthersIsStillCountedOnce
   // 100 batches of two requests each, the second requests arriving only
   // after every first one (replies of concurrent batches interleave).
   for (uint64_t id = 1; id <= 100; ++id) {
-    stats.Record("layernorm", Ran(1, 0, Execution(id, 2, 20, 30)));
+    stats.Record("layernorm", Ran(1, 0, Execution(id, 2, 20, 30)), kEveryModelExists);
   }
   for (uint64_t id = 1; id <= 100; ++id) {
-    stats.Record("layernorm", Ran(1, 0, Execution(id, 2, 20, 30)));
+    stats.Record("layernorm", Ran(1, 0, Execution(id, 2, 20, 30)), kEveryModelExists);
   }
   const auto out = Fill(stats, "layernorm");
   EXPECT_EQ(out.execution_count(), 100u);
   EXPECT_EQ(out.inference_stats().success().count(), 200u);
   ASSERT_EQ(out.batch_stats_size(), 1);
   EXPECT_EQ(out.batch_stats(0).compute_infer().count(), 100u);
+}
+
+// A client that registers a set, infers on it and deletes it, under a new
+// name each time: the entries of deleted sets are dropped as new ones come,
+// so the map stays within about twice the live models, and the live
+// models' figures survive every sweep.
+TEST(KserveStatisticsTest, EntriesOfModelsThatAreGoneAreDroppedAsNewOnesCome) {
+  KserveStatistics stats;
+  std::set<std::string> live = {"layernorm"};
+  const KserveStatistics::ModelExists exists = [&live](const std::string& name) {
+    return live.count(name) > 0;
+  };
+  stats.Record("layernorm", Ran(1, 0, Execution(1, 1, 20, 30)), exists);
+  size_t most = 0;
+  for (int job = 0; job < 5000; ++job) {
+    const std::string model = "layernorm.job-" + std::to_string(job);
+    live.insert(model);
+    stats.Record(model, Ran(1, 0, Execution(2 + job, 1, 20, 30)), exists);
+    live.erase(model);
+    most = std::max(most, stats.ModelCount());
+  }
+  // The first sweep comes at 64 entries; after it, two live models (the
+  // plain one and the job's) and a threshold of twice those.
+  EXPECT_LE(most, 64u);
+  EXPECT_LE(stats.ModelCount(), 64u);
+  EXPECT_EQ(Fill(stats, "layernorm").inference_stats().success().count(), 1u);
+  // An entry is never dropped while its model exists.
+  for (int job = 0; job < 200; ++job) {
+    const std::string model = "rmsnorm.kept-" + std::to_string(job);
+    live.insert(model);
+    stats.Record(model, Ran(1, 0, Execution(10'000 + job, 1, 20, 30)), exists);
+  }
+  for (int job = 0; job < 200; ++job) {
+    const std::string model = "rmsnorm.kept-" + std::to_string(job);
+    EXPECT_EQ(Fill(stats, model).inference_stats().success().count(), 1u) << model;
+  }
+  EXPECT_GE(stats.ModelCount(), 201u);
 }
 
 // ---- The batch worker's side: BatchExecution reaches every task's sink.
