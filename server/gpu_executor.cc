@@ -413,9 +413,25 @@ absl::StatusOr<DeviceBuffer> GpuExecutor::Upload(const void* host, std::size_t b
   }
   NORMSVC_CUDA_TRY(cudaSetDevice(options_.device));
   void* memory = nullptr;
-  NORMSVC_CUDA_TRY(cudaMalloc(&memory, bytes));
-  if (const cudaError_t error = cudaMemcpy(memory, host, bytes, cudaMemcpyHostToDevice);
-      error != cudaSuccess) {
+  if (const cudaError_t allocated = cudaMalloc(&memory, bytes);
+      allocated == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // not sticky: the device goes on serving
+    return absl::ResourceExhaustedError(
+        absl::StrCat(device_.label, ": no device memory for a parameter set of ", bytes, " bytes"));
+  } else if (allocated != cudaSuccess) {
+    return absl::InternalError(
+        absl::StrCat(device_.label, ": parameter upload: ", cudaGetErrorString(allocated)));
+  }
+  // `host` is pageable (the request's bytes): cudaMemcpy from pageable
+  // memory may return once the bytes are staged, before they reach the
+  // device, and the batch streams (non-blocking) do not wait for the legacy
+  // stream. Waiting for the legacy stream here means no kernel can see the
+  // set before its bytes have landed (the set is published after this
+  // returns), and a failed copy is seen here.
+  cudaError_t error =
+      cudaMemcpyAsync(memory, host, bytes, cudaMemcpyHostToDevice, cudaStreamLegacy);
+  if (error == cudaSuccess) error = cudaStreamSynchronize(cudaStreamLegacy);
+  if (error != cudaSuccess) {
     cudaFree(memory);
     return absl::InternalError(
         absl::StrCat(device_.label, ": parameter upload: ", cudaGetErrorString(error)));

@@ -314,6 +314,26 @@ TEST_F(GpuExecutorTest, AnExecutorTakenOutOfServiceRefusesUploadsAndFreesNothing
   held->reset();  // the deleter returns without cudaFree; nothing to observe but no hang
 }
 
+// A parameter set the device has no memory for is RESOURCE_EXHAUSTED (the
+// client can free sets and retry), not INTERNAL, and the executor serves on:
+// uploads and batches after it work.
+TEST_F(GpuExecutorTest, AnUploadPastTheDevicesMemoryIsResourceExhaustedAndServingGoesOn) {
+  std::mt19937_64 rng(TestSeed() + 46);
+  HostTensor gamma = RandomTensor(rng, DType::kF32, {256}, 1.0, 0.25);
+  // cudaMalloc fails before any byte is read: the host buffer may be small.
+  const std::size_t past_memory = std::size_t{1} << 46;  // 64 TiB
+  absl::StatusOr<DeviceBuffer> refused = executor_->Upload(gamma.bytes.data(), past_memory);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(refused.status().message().find("cuda:0"), std::string::npos) << refused.status();
+  EXPECT_TRUE(executor_->in_service());
+  EXPECT_TRUE(executor_->healthy());
+  absl::StatusOr<DeviceBuffer> held = executor_->Upload(gamma.bytes.data(), gamma.bytes.size());
+  ASSERT_TRUE(held.ok()) << held.status();
+  Prepared p = MixedBatch(rng, 6);
+  ExpectAllCorrect(p, executor_->Run(p.batch, 0));
+}
+
 TEST_F(GpuExecutorTest, EachSlotHoldsTheBackwardWorkspaceFromStart) {
   const DeviceDescription& d = executor_->device();
   const GpuExecutorOptions defaults;
