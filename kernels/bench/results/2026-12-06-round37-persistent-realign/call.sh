@@ -17,6 +17,12 @@ bin=.gpu/bin
 timeout 170 $bin/tests/kernels/kernels_gpu_test >"$out/kernels_gpu_test.log" 2>&1
 echo "kernels_gpu_test exit $?" | tee -a "$out/device.txt"
 grep -E '^\[  (PASSED|FAILED) |tests? ran' "$out/kernels_gpu_test.log" | tail -n 8
+# The server's GPU executor tests (this build's server_test; the upload fix
+# of the same day and its out-of-memory test).
+timeout 120 $bin/tests/server/server_test --gtest_filter='GpuExecutor*:ParameterStore*' \
+  >"$out/server_gpu_executor_tests.log" 2>&1
+echo "server_test GpuExecutor exit $?" | tee -a "$out/device.txt"
+grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests? ran' "$out/server_gpu_executor_tests.log" | tail -n 8
 for run in $(seq 1 "$runs"); do
   for hidden in 2049 4095 8191; do
     for build in norm_bench_head norm_bench; do
