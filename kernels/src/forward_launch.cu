@@ -68,11 +68,12 @@ constexpr std::size_t kTableEntryBytes =
     sizeof(DeviceSegment) + sizeof(int64_t) + sizeof(detail::SegmentBucket);
 
 // The specialized and realigning kernels take a grid of one block (or
-// cluster) per row group, up to kMaxFastUnits of them looping over the rest. The general
-// row-register kernels are persistent: at most one wave of blocks, each
-// looping over its rows (a row's arithmetic does not depend on which block
-// or iteration handles it), with a per-thread gamma/beta cache in dynamic
-// shared memory. The staged kernel is persistent too (one wave of clusters,
+// cluster) per row group, up to kMaxFastUnits of them looping over the
+// rest; RMSNorm's realigning launches are persistent (one wave of blocks).
+// The general row-register kernels are persistent: at most one wave of
+// blocks, each looping over its rows (a row's arithmetic does not depend
+// on which block or iteration handles it), with a per-thread gamma/beta
+// cache in dynamic shared memory. The staged kernel is persistent too (one wave of clusters,
 // each row's chunks in its blocks' shared memory); the streamed kernel takes
 // one block per row.
 constexpr int64_t kMaxFastUnits = int64_t{1} << 20;
@@ -164,6 +165,19 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
     }
     const Status launched = LaunchPersistent(kernel, plan, smem, resident, params, stream);
     if (launched.ok()) detail::staged_launches.fetch_add(1, std::memory_order_relaxed);
+    return launched;
+  }
+  if (path == ForwardPath::kRealign && params.op == static_cast<uint8_t>(NormOp::kRmsNorm)) {
+    // RMSNorm's realigned rows persistent: with a block a row group each warp
+    // does one row, and the block's set-up (the schedule's division, the
+    // team, the prologue) was 135 of its 850 instructions a row at bf16
+    // H = 2049. Measured on an H100 (BENCHMARKS.md, round 37): bf16 +0.02 to
+    // +0.04 of copy at H = 2049, 4095 and 8191; LayerNorm's rows (68 of
+    // 1,166) gained under 0.01 at 2049 and lost 0.03 at bf16 4095, so they
+    // keep a block a row group.
+    const Status launched =
+        LaunchPersistent(kernel, plan, 0, ResidentUnits(kernel, plan, 0), params, stream);
+    if (launched.ok()) detail::realign_launches.fetch_add(1, std::memory_order_relaxed);
     return launched;
   }
   if (path != ForwardPath::kGeneral) {
