@@ -384,9 +384,11 @@ __device__ __forceinline__ void RealignRows(const ForwardParams& p, ReduceScratc
   }
 }
 
-// One block per row group, as ForwardLeanKernel (at most kLeanMaxThreads
-// threads, kLeanMinBlocks blocks a multiprocessor). kSingle: one segment,
-// read from the parameters; else the segment table.
+// Blocks of row groups, as ForwardLeanKernel (at most kLeanMaxThreads
+// threads, kLeanMinBlocks blocks a multiprocessor), each looping over the
+// row groups its index reaches (RowSchedule): LayerNorm's launches take a
+// block a row group, RMSNorm's one wave of blocks (forward_launch.cu).
+// kSingle: one segment, read from the parameters; else the segment table.
 template <typename T, typename P, int V, int W, bool kSingle>
 __global__ void __launch_bounds__(kLeanMaxThreads, kLeanMinBlocks)
     ForwardRealignKernel(const __grid_constant__ ForwardParams p) {
