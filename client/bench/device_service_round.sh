@@ -9,7 +9,9 @@
 #   client/bench/device_service_round.sh OUT_DIR [REPS] [DURATION_S]
 #
 # Writes device.txt, server_test.log and service/ (service_vs_echo.sh's
-# files and summary.md) under OUT_DIR. server_test is time-boxed (200 s);
+# files and summary.md) under OUT_DIR, then packs OUT_DIR into OUT_DIR.tgz
+# and removes the folder (a GPU call returns a limited number of files:
+# loose ones past it are lost). server_test is time-boxed (200 s);
 # with the defaults (3 repetitions of 5 s loads, about 100 s each) the
 # whole call takes about 6 minutes.
 set -uo pipefail
@@ -29,13 +31,16 @@ NORMSVC_SERVER_BINARY=$PWD/.gpu/bin/server/normsvc LD_LIBRARY_PATH=$lib timeout 
   .gpu/bin/tests/server/server_test >"$out/server_test.log" 2>&1
 rc=$?
 grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests? ran' "$out/server_test.log" | tail -n 12
+pack() { tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")" && rm -rf "$out"; }
 if [ "$rc" -ne 0 ]; then
   tail -n 40 "$out/server_test.log"
   echo "server_test failed (exit $rc): the service benchmark was not run"
+  pack
   exit "$rc"
 fi
 LD_LIBRARY_PATH=$lib client/bench/service_vs_echo.sh .gpu/bin "$out/service" "$duration" "$reps" \
   >"$out/service.log" 2>&1
 rc=$?
 tail -n 20 "$out/service/summary.md" 2>/dev/null || tail -n 20 "$out/service.log"
+pack
 exit "$rc"
