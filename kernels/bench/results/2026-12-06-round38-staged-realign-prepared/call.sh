@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Round 38 (prepared): the staged realigning kernel. Bundle (this patch
+# applied, built for sm_90): tests/kernels/kernels_gpu_test and
+# kernels/bench/norm_bench; the A/B is within the one norm_bench
+# (--realign shift | staged). On the GPU: the realigning and early-launch
+# tests, memcheck and racecheck over the staged kernel's tests, then
+# norm_bench --forward-only at H = 2049, 4095 and 8191 under both policies,
+# interleaved RUNS times (default 2). Writes under $1, packs it into
+# $1.tgz and removes the folder.
+set -u
+out=${1:?usage: call.sh OUT_DIR [RUNS]}
+runs=${2:-2}
+mkdir -p "$out"
+if [[ ! -d .gpu/bin && -f .gpu/bundle.tar.xz ]]; then tar -C .gpu -xJf .gpu/bundle.tar.xz; fi
+export LD_LIBRARY_PATH=$PWD/.gpu/lib
+bin=.gpu/bin
+CS=$(ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+{ nvidia-smi --query-gpu=name,driver_version --format=csv; date -u; echo "sanitizer: $CS"; } \
+  >"$out/device.txt" 2>&1
+timeout 150 $bin/tests/kernels/kernels_gpu_test \
+  --gtest_filter='ForwardRealign*:ForwardEarlyLaunch*:*Special*:*BatchInvariance*' \
+  >"$out/tests.log" 2>&1
+echo "tests exit $?" | tee -a "$out/device.txt"
+grep -E '^\[  (PASSED|FAILED) |tests? ran' "$out/tests.log" | tail -n 8
+for tool in memcheck racecheck; do
+  NORMSVC_TEST_MAX_ELEMENTS=65536 timeout 120 $CS --tool $tool --error-exitcode 9 \
+    $bin/tests/kernels/kernels_gpu_test --gtest_filter='ForwardRealignStaged*' \
+    >"$out/$tool.log" 2>&1
+  echo "$tool exit $? ($(grep -cE '^========= (Invalid|Error|Race)' "$out/$tool.log") reports)" \
+    | tee -a "$out/device.txt"
+done
+for run in $(seq 1 "$runs"); do
+  for hidden in 2049 4095 8191; do
+    for policy in shift staged; do
+      timeout 60 $bin/kernels/bench/norm_bench --forward-only --hidden $hidden --realign $policy \
+        --json "$out/${policy}_${hidden}_$run.json" >"$out/${policy}_${hidden}_$run.txt" 2>&1
+      echo "$policy $hidden $run exit $?"
+      grep -E '^forward ' "$out/${policy}_${hidden}_$run.txt" | awk '{print $2, $3, $5, $NF}' | tr '\n' ';'
+      echo
+    done
+  done
+done
+tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")" && rm -rf "$out"
