@@ -73,9 +73,9 @@ constexpr std::size_t kTableEntryBytes =
 // The general row-register kernels are persistent: at most one wave of
 // blocks, each looping over its rows (a row's arithmetic does not depend
 // on which block or iteration handles it), with a per-thread gamma/beta
-// cache in dynamic shared memory. The staged kernel is persistent too (one wave of clusters,
-// each row's chunks in its blocks' shared memory); the streamed kernel takes
-// one block per row.
+// cache in dynamic shared memory. The staged kernel is persistent too (one
+// wave of clusters, each row's chunks in its blocks' shared memory); the
+// streamed kernel takes one block per row.
 constexpr int64_t kMaxFastUnits = int64_t{1} << 20;
 
 // Every forward kernel begins with BeginDependentGrid (grid_dependency.cuh),
