@@ -167,23 +167,22 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
     if (launched.ok()) detail::staged_launches.fetch_add(1, std::memory_order_relaxed);
     return launched;
   }
-  if (path == ForwardPath::kRealign && params.op == static_cast<uint8_t>(NormOp::kRmsNorm)) {
-    // RMSNorm's realigned rows persistent: with a block a row group each warp
-    // does one row, and the block's set-up (the schedule's division, the
-    // team, the prologue) was 135 of its 850 instructions a row at bf16
+  if (path != ForwardPath::kGeneral) {
+    // RMSNorm's realigned rows are persistent: with a block a row group each
+    // warp does one row, and the block's set-up (the schedule's division,
+    // the team, the prologue) was 135 of its 850 instructions a row at bf16
     // H = 2049. Measured on an H100 (BENCHMARKS.md, round 37): bf16 +0.02 to
     // +0.04 of copy at H = 2049, 4095 and 8191; LayerNorm's rows (68 of
     // 1,166) gained under 0.01 at 2049 and lost 0.03 at bf16 4095, so they
     // keep a block a row group.
+    const bool persistent =
+        path == ForwardPath::kRealign && params.op == static_cast<uint8_t>(NormOp::kRmsNorm);
     const Status launched =
-        LaunchPersistent(kernel, plan, 0, ResidentUnits(kernel, plan, 0), params, stream);
-    if (launched.ok()) detail::realign_launches.fetch_add(1, std::memory_order_relaxed);
-    return launched;
-  }
-  if (path != ForwardPath::kGeneral) {
-    const Status launched = detail::LaunchWithPlan(
-        kernel, plan, std::min(params.row_groups, kMaxFastUnits) * plan.cluster, 0, params, stream,
-        kEarlyLaunch);
+        persistent
+            ? LaunchPersistent(kernel, plan, 0, ResidentUnits(kernel, plan, 0), params, stream)
+            : detail::LaunchWithPlan(kernel, plan,
+                                     std::min(params.row_groups, kMaxFastUnits) * plan.cluster, 0,
+                                     params, stream, kEarlyLaunch);
     if (launched.ok() && path == ForwardPath::kRealign) {
       detail::realign_launches.fetch_add(1, std::memory_order_relaxed);
     }
