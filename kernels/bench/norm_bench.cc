@@ -1,30 +1,7 @@
 // norm_bench: bandwidth of the LayerNorm/RMSNorm kernels against a
 // device-to-device copy of the same bytes, measured in the same run.
 //
-//   norm_bench [--json PATH] [--iterations N] [--quick] [--forward-only]
-//              [--backward-only] [--backward-dx-only] [--hidden H]
-//              [--dtype bf16|fp32] [--ring off|two-block-clusters|every-plan]
-//              [--param_staging off|one-wave] [--backward-realign on|off]
-//              [--elements N] [--affine full|gamma|none] [--column-reduce auto|narrow|wide]
-// --elements sets the large shapes' size: rows = ceil(N / H), N >= 2^20 (default 2^24, the
-// issue's floor of 16M elements; 2^26 is the 64M elements of a bf16 16384 x 4096 tensor),
-// recorded in the JSON. --ring sets which one-segment launches take the ring kernel
-// (kernels/src/ring_policy.h; default two-block-clusters); --param_staging which ones stage
-// gamma/beta in shared memory (kernels/src/param_staging.h; default one-wave);
-// --backward-realign whether backward rows of H not a multiple of the vector width take
-// BackwardRealignKernel (default on) or the strided plan's kernel; --column-reduce which
-// kernels reduce the backward's partials (kernels/src/column_reduce.h; default auto); the
-// JSON records all four.
-// --affine narrows the forward shapes' parameters (a diagnostic: what
-// LayerNorm's beta, or any affine, costs): full (default) passes gamma and,
-// for LayerNorm, beta, as torch.nn.LayerNorm has them; gamma passes gamma
-// only; none neither. The bytes counted follow; the JSON records it.
-// --backward-only, --hidden and --dtype narrow the large shapes to the cases
-// named (for profiling one kernel); the small-batch and multi-segment cases
-// run only when neither --hidden nor --backward-only is given.
-// --backward-dx-only is --backward-only without dgamma/dbeta: the row pass
-// alone, no partials and no column reduction (kind backward_dx), so that the
-// cost of the second stage shows as the difference.
+//   norm_bench [flags]   (bench_options.h lists them and what they do)
 //
 // Large shapes: median of CUDA-event timings over N launches rotating among
 // 3 buffer sets of >= 64 MB each (the H200's L2 is 60 MB). GB/s counts the
@@ -41,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_options.h"
 #include "bench_timing.h"
 #include "kernel_registry.h"
 #include "launch_plan.h"
@@ -63,11 +41,7 @@ int64_t PoolElements() { return large_elements + (int64_t{1} << 16); }
 int64_t LargeRows(int64_t hidden) { return (large_elements + hidden - 1) / hidden; }
 
 // The forward shapes' affine parameters (--affine).
-enum class Affine { kFull, kGammaOnly, kNone };
 Affine forward_affine = Affine::kFull;
-const char* AffineName(Affine a) {
-  return a == Affine::kFull ? "full" : a == Affine::kGammaOnly ? "gamma" : "none";
-}
 
 struct Record {
   std::string kind;  // forward, backward, small_batch, multi_segment
@@ -332,11 +306,12 @@ void WriteJson(const char* path, const std::vector<Record>& records, const cudaD
   std::fprintf(
       f,
       "{\"device\": \"%s\", \"sm_count\": %d, \"l2_bytes\": %d, \"ring\": \"%s\", "
-      "\"param_staging\": \"%s\", \"backward_realign\": \"%s\", "
+      "\"param_staging\": \"%s\", \"realign\": \"%s\", \"backward_realign\": \"%s\", "
       "\"column_reduce\": \"%s\", \"large_elements\": %lld, \"affine\": \"%s\", \"records\": [\n",
       prop.name, prop.multiProcessorCount, prop.l2CacheSize,
       RingPolicyName(kernels::detail::GetRingPolicy()),
       ParamStagingName(kernels::detail::GetParamStaging()),
+      NameOf(kRealignPolicies, kernels::detail::GetRealignPolicy()),
       kernels::detail::BackwardRealignEnabled() ? "on" : "off",
       NameOf(kColumnReduceForms, kernels::detail::GetColumnReduceForm()),
       static_cast<long long>(large_elements), AffineName(forward_affine));
@@ -362,111 +337,38 @@ void WriteJson(const char* path, const std::vector<Record>& records, const cudaD
 int main(int argc, char** argv) {
   using namespace normsvc::bench;
   using normsvc::kernels::detail::GetRingPolicy;
-  const char* json = nullptr;
-  int iterations = 30;
-  bool quick = false;
-  bool forward_only = false;      // skip the backward shapes
-  bool backward_only = false;     // skip the forward shapes
-  bool backward_dx_only = false;  // backward without dgamma/dbeta (diagnostic)
-  int64_t only_hidden = 0;        // 0: every H of the set
-  std::string only_dtype;         // empty: bf16 and fp32
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
-      json = argv[++i];
-    else if (!std::strcmp(argv[i], "--iterations") && i + 1 < argc)
-      iterations = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--quick"))
-      quick = true;
-    else if (!std::strcmp(argv[i], "--forward-only"))
-      forward_only = true;
-    else if (!std::strcmp(argv[i], "--backward-only"))
-      backward_only = true;
-    else if (!std::strcmp(argv[i], "--backward-dx-only"))
-      backward_only = backward_dx_only = true;
-    else if (!std::strcmp(argv[i], "--hidden") && i + 1 < argc)
-      only_hidden = std::atoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc)
-      only_dtype = argv[++i];
-    else if (!std::strcmp(argv[i], "--ring") && i + 1 < argc) {
-      normsvc::kernels::detail::RingPolicy policy;
-      if (!ParseNamed(kRingPolicies, argv[++i], &policy)) {
-        std::fprintf(stderr,
-                     "norm_bench: unknown --ring %s (off, two-block-clusters, every-plan)\n",
-                     argv[i]);
-        return 2;
-      }
-      normsvc::kernels::detail::SetRingPolicy(policy);
-    } else if (!std::strcmp(argv[i], "--backward-realign") && i + 1 < argc) {
-      const std::string value = argv[++i];
-      if (value != "on" && value != "off") {
-        std::fprintf(stderr, "norm_bench: --backward-realign takes on or off, not %s\n",
-                     value.c_str());
-        return 2;
-      }
-      normsvc::kernels::detail::SetBackwardRealignEnabled(value == "on");
-    } else if (!std::strcmp(argv[i], "--elements") && i + 1 < argc) {
-      large_elements = std::atoll(argv[++i]);
-      if (large_elements < (int64_t{1} << 20)) {
-        std::fprintf(stderr, "norm_bench: --elements must be at least 1048576\n");
-        return 2;
-      }
-    } else if (!std::strcmp(argv[i], "--affine") && i + 1 < argc) {
-      const std::string value = argv[++i];
-      if (value == "full") {
-        forward_affine = Affine::kFull;
-      } else if (value == "gamma") {
-        forward_affine = Affine::kGammaOnly;
-      } else if (value == "none") {
-        forward_affine = Affine::kNone;
-      } else {
-        std::fprintf(stderr, "norm_bench: --affine takes full, gamma or none, not %s\n",
-                     value.c_str());
-        return 2;
-      }
-    } else if (!std::strcmp(argv[i], "--param_staging") && i + 1 < argc) {
-      normsvc::kernels::detail::ParamStaging policy;
-      if (!ParseNamed(kParamStagings, argv[++i], &policy)) {
-        std::fprintf(stderr, "norm_bench: unknown --param_staging %s (off, one-wave)\n", argv[i]);
-        return 2;
-      }
-      normsvc::kernels::detail::SetParamStaging(policy);
-    } else if (!std::strcmp(argv[i], "--column-reduce") && i + 1 < argc) {
-      normsvc::kernels::detail::ColumnReduceForm form;
-      if (!ParseNamed(kColumnReduceForms, argv[++i], &form)) {
-        std::fprintf(stderr, "norm_bench: unknown --column-reduce %s\n", argv[i]);
-        return 2;
-      }
-      normsvc::kernels::detail::SetColumnReduceForm(form);
-    } else {
-      std::fprintf(stderr,
-                   "usage: norm_bench [--json PATH] [--iterations N] [--quick] [--forward-only]\n"
-                   "                  [--backward-only] [--backward-dx-only] [--hidden H]\n"
-                   "                  [--dtype bf16|fp32]\n"
-                   "                  [--ring off|two-block-clusters|every-plan]\n"
-                   "                  [--param_staging off|one-wave] [--backward-realign on|off]\n"
-                   "                  [--elements N] [--affine full|gamma|none]"
-                   " [--column-reduce auto|narrow|wide]\n");
-      return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
-    }
+  BenchOptions options;
+  if (const int exit_code = ParseBenchOptions(argc, argv, &options); exit_code >= 0) {
+    return exit_code;
   }
+  large_elements = options.large_elements;
+  forward_affine = options.affine;
+  const int iterations = options.iterations;
+  const bool forward_only = options.forward_only;
+  const bool backward_only = options.backward_only;
+  const int64_t only_hidden = options.only_hidden;
   cudaDeviceProp prop;
   Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf(
-      "device: %s, %d SMs, L2 %d MB, ring %s, param_staging %s, large shapes of %lld "
-      "elements, forward affine %s\n",
+      "device: %s, %d SMs, L2 %d MB, ring %s, param_staging %s, realign %s, large shapes of "
+      "%lld elements, forward affine %s\n",
       prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, RingPolicyName(GetRingPolicy()),
       ParamStagingName(normsvc::kernels::detail::GetParamStaging()),
+      NameOf(kRealignPolicies, normsvc::kernels::detail::GetRealignPolicy()),
       static_cast<long long>(large_elements), AffineName(forward_affine));
   cudaStream_t stream;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   std::vector<Record> records;
   std::vector<int64_t> hiddens =
-      quick ? std::vector<int64_t>{1024, 2049, 4096}
-            : std::vector<int64_t>{768, 1024, 2049, 4096, 8192, 16384, 65536};
+      options.quick ? std::vector<int64_t>{1024, 2049, 4096}
+                    : std::vector<int64_t>{768, 1024, 2049, 4096, 8192, 16384, 65536};
   if (only_hidden > 0) hiddens = {only_hidden};
   const bool narrowed = only_hidden > 0 || backward_only;
   for (DType dtype : {DType::kBF16, DType::kF32}) {
-    if (!only_dtype.empty() && only_dtype != (dtype == DType::kBF16 ? "bf16" : "fp32")) continue;
+    if (!options.only_dtype.empty() &&
+        options.only_dtype != (dtype == DType::kBF16 ? "bf16" : "fp32")) {
+      continue;
+    }
     const Pool pool = MakePool(dtype);
     for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
       if (!backward_only) {
@@ -475,7 +377,8 @@ int main(int argc, char** argv) {
       }
       if (forward_only) continue;
       for (int64_t h : hiddens)
-        records.push_back(Backward(op, dtype, h, pool, iterations, stream, backward_dx_only));
+        records.push_back(
+            Backward(op, dtype, h, pool, iterations, stream, options.backward_dx_only));
     }
     if (dtype == DType::kBF16 && !narrowed) {
       for (int64_t rows : {1, 8, 64}) records.push_back(SmallBatch(rows, 4096, pool, stream));
@@ -494,6 +397,6 @@ int main(int argc, char** argv) {
                 static_cast<long long>(r.hidden), r.plan.c_str(), r.micros, r.Gbps(), r.copy_micros,
                 r.CopyGbps(), r.copy_micros / r.micros);
   }
-  if (json != nullptr) WriteJson(json, records, prop);
+  if (options.json != nullptr) WriteJson(options.json, records, prop);
   return 0;
 }

@@ -1,5 +1,5 @@
 // The flag names of the process-wide kernel policies that norm_bench sets
-// (--ring, --param_staging, --column-reduce), and the lookups both ways.
+// (--ring, --param_staging, --column-reduce, --realign), and the lookups both ways.
 #pragma once
 
 #include <cstddef>
@@ -8,6 +8,7 @@
 
 #include "column_reduce.h"
 #include "param_staging.h"
+#include "realign_policy.h"
 #include "ring_policy.h"
 
 namespace normsvc::bench {
@@ -59,6 +60,12 @@ inline constexpr std::pair<const char*, kernels::detail::ColumnReduceForm> kColu
     {"auto", kernels::detail::ColumnReduceForm::kAuto},
     {"narrow", kernels::detail::ColumnReduceForm::kNarrow},
     {"wide", kernels::detail::ColumnReduceForm::kWide},
+};
+
+// The --realign names of the policies.
+inline constexpr std::pair<const char*, kernels::detail::RealignPolicy> kRealignPolicies[] = {
+    {"shift", kernels::detail::RealignPolicy::kShift},
+    {"staged", kernels::detail::RealignPolicy::kStaged},
 };
 
 }  // namespace normsvc::bench

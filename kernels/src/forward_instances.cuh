@@ -5,6 +5,7 @@
 #include "forward_kernel.cuh"
 #include "forward_lean_kernel.cuh"
 #include "forward_realign_kernel.cuh"
+#include "forward_realign_staged_kernel.cuh"
 #include "forward_ring_kernel.cuh"
 #include "forward_staged_kernel.cuh"
 #include "kernel_registry.h"
@@ -96,6 +97,20 @@ template <typename T, typename P>
 ForwardKernel RealignForwardKernelFor(const KernelPlan& plan, bool single) {
   return single ? RealignForwardKernelFor<T, P, true>(plan)
                 : RealignForwardKernelFor<T, P, false>(plan);
+}
+
+// The staged realigning kernel (RealignPolicy::kStaged, realign_policy.h),
+// with gamma/beta in dtype P: the realigning kernel's plans, one segment.
+template <typename T, typename P>
+ForwardKernel RealignStagedForwardKernelFor(const KernelPlan& plan) {
+  constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
+  if (plan.layout != Layout::kVector || plan.width != kVectorWidth || plan.cluster != 1) {
+    return nullptr;
+  }
+  if (plan.slots == 1) return ForwardRealignStagedKernel<T, P, 1, kVectorWidth>;
+  if (plan.slots == 2) return ForwardRealignStagedKernel<T, P, 2, kVectorWidth>;
+  if (plan.slots == 3) return ForwardRealignStagedKernel<T, P, 3, kVectorWidth>;
+  return nullptr;
 }
 
 // The ring kernel of `op` (see UsesRingForward in kernel_registry.h), with

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "forward_realign_staged_kernel.cuh"
 #include "forward_ring_kernel.cuh"
 #include "forward_segments.h"
 #include "kernel_params.h"
@@ -15,6 +16,7 @@
 #include "normsvc/kernels/gpu.h"
 #include "param_cache.cuh"
 #include "param_staging.h"
+#include "realign_policy.h"
 #include "ring_policy.h"
 #include "segment_index.h"
 
@@ -28,6 +30,8 @@ std::atomic<int64_t> ring_launches{0};
 std::atomic<ParamStaging> param_staging{ParamStaging::kOneWave};
 std::atomic<int64_t> param_staged_launches{0};
 std::atomic<int64_t> realign_launches{0};
+std::atomic<RealignPolicy> realign_policy{RealignPolicy::kStaged};
+std::atomic<int64_t> staged_realign_launches{0};
 std::atomic<int64_t> staged_launches{0};
 
 }  // namespace
@@ -43,6 +47,16 @@ int64_t ParamStagedForwardLaunches() {
 }
 
 int64_t RealignForwardLaunches() { return realign_launches.load(std::memory_order_relaxed); }
+
+RealignPolicy GetRealignPolicy() { return realign_policy.load(std::memory_order_relaxed); }
+
+void SetRealignPolicy(RealignPolicy policy) {
+  realign_policy.store(policy, std::memory_order_relaxed);
+}
+
+int64_t StagedRealignForwardLaunches() {
+  return staged_realign_launches.load(std::memory_order_relaxed);
+}
 
 int64_t StagedForwardLaunches() { return staged_launches.load(std::memory_order_relaxed); }
 
@@ -165,6 +179,25 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
     }
     const Status launched = LaunchPersistent(kernel, plan, smem, resident, params, stream);
     if (launched.ok()) detail::staged_launches.fetch_add(1, std::memory_order_relaxed);
+    return launched;
+  }
+  if (path == ForwardPath::kRealign && params.segment_count == 1 &&
+      params.single.residual == nullptr &&
+      detail::GetRealignPolicy() == detail::RealignPolicy::kStaged) {
+    // Persistent, its rows staged in shared memory (realign_policy.h; the
+    // same bits as the realigning kernel's).
+    const detail::ForwardKernel staged =
+        detail::FindRealignStagedForwardKernel(x_dtype, plan, param_dtype);
+    if (staged == nullptr) return Status(Code::kInternal, "no staged realigning kernel");
+    const std::size_t smem = detail::RealignStagedSmemBytes(
+        plan.groups, static_cast<int>((params.single.hidden + plan.width - 1) / plan.width));
+    const int64_t resident = ResidentUnits(staged, plan, smem);
+    if (resident <= 0) {
+      return Status(Code::kInternal, "the staged realigning kernel's " + std::to_string(smem) +
+                                         " bytes of shared memory a block do not fit this device");
+    }
+    const Status launched = LaunchPersistent(staged, plan, smem, resident, params, stream);
+    if (launched.ok()) detail::staged_realign_launches.fetch_add(1, std::memory_order_relaxed);
     return launched;
   }
   if (path != ForwardPath::kGeneral) {

@@ -10,4 +10,10 @@ ForwardKernel FindRealignForwardKernelBF16(const KernelPlan& plan, DType param_d
              : RealignForwardKernelFor<__nv_bfloat16, __nv_bfloat16>(plan, single);
 }
 
+ForwardKernel FindRealignStagedForwardKernelBF16(const KernelPlan& plan, DType param_dtype) {
+  return param_dtype == DType::kF32
+             ? RealignStagedForwardKernelFor<__nv_bfloat16, float>(plan)
+             : RealignStagedForwardKernelFor<__nv_bfloat16, __nv_bfloat16>(plan);
+}
+
 }  // namespace normsvc::kernels::detail

@@ -9,4 +9,9 @@ ForwardKernel FindRealignForwardKernelF16(const KernelPlan& plan, DType param_dt
                                     : RealignForwardKernelFor<__half, __half>(plan, single);
 }
 
+ForwardKernel FindRealignStagedForwardKernelF16(const KernelPlan& plan, DType param_dtype) {
+  return param_dtype == DType::kF32 ? RealignStagedForwardKernelFor<__half, float>(plan)
+                                    : RealignStagedForwardKernelFor<__half, __half>(plan);
+}
+
 }  // namespace normsvc::kernels::detail

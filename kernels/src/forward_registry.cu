@@ -42,6 +42,19 @@ ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, ForwardPa
   return nullptr;
 }
 
+ForwardKernel FindRealignStagedForwardKernel(DType x_dtype, const KernelPlan& plan,
+                                             DType param_dtype) {
+  switch (x_dtype) {
+    case DType::kF32:
+      return FindRealignStagedForwardKernelF32(plan, param_dtype);
+    case DType::kF16:
+      return FindRealignStagedForwardKernelF16(plan, param_dtype);
+    case DType::kBF16:
+      return FindRealignStagedForwardKernelBF16(plan, param_dtype);
+  }
+  return nullptr;
+}
+
 ForwardKernel FindRingForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype,
                                     NormOp op) {
   switch (x_dtype) {

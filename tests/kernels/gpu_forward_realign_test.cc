@@ -1,8 +1,10 @@
-// The realigning forward kernel (rows that do not start on a 16-byte
+// The realigning forward kernels (rows that do not start on a 16-byte
 // boundary: H not a multiple of the vector width, misaligned bases and
-// pitches) against the double reference and, bit for bit, against the
+// pitches): ForwardRealignKernel and, for one-segment launches without a
+// residual, ForwardRealignStagedKernel (realign_policy.h), against the
+// double reference and, bit for bit, against each other, against the
 // general kernel on the same inputs and against the same rows inside a
-// multi-segment launch (the launch counter says which kernel served each);
+// multi-segment launch (the launch counters say which kernel served each);
 // rows written in place; and chains of forward launches that may start
 // early (programmatic dependent launch): each reads what the previous one
 // wrote.
@@ -15,42 +17,31 @@
 
 #include "forward_segments.h"
 #include "gpu_forward_case.h"
+#include "gpu_forward_realign_support.h"
 #include "gpu_test_support.h"
 #include "kernel_registry.h"
 #include "launch_plan.h"
 #include "normsvc/kernels/gpu.h"
+#include "realign_policy.h"
 
 namespace normsvc::kernels::testing {
 namespace {
 
-// Whether the case's rows are not all whole, 16-byte aligned chunks (so the
-// specialized kernel cannot serve it).
-bool Misaligned(const ForwardSpec& spec) {
-  const int64_t size = static_cast<int64_t>(DTypeSize(spec.x_dtype));
-  const int64_t width = 16 / size;
-  const bool misaligned_pitch = spec.rows > 1 && ((spec.hidden + spec.x_pad) * size % 16 != 0 ||
-                                                  (spec.hidden + spec.out_pad) * size % 16 != 0);
-  return spec.hidden % width != 0 || spec.offset * size % 16 != 0 || misaligned_pitch;
-}
-
-// Whether the realigning kernel serves a misaligned case whose rows share
-// their offsets (vector plans of more than kRealignMaxSlots slots go to the
-// general kernel, strided plans to the specialized one).
-bool RealignServes(const ForwardSpec& spec) {
-  const detail::KernelPlan plan = detail::PlanForward(spec.hidden, spec.x_dtype);
-  return detail::ChooseForwardPath(plan, spec.x_dtype, spec.out_dtype, false, true) ==
-         detail::ForwardPath::kRealign;
-}
-
-// Runs the case alone; `realign` says whether the realigning kernel must
-// serve it.
+// Runs the case alone under the default policy; `realign` says whether a
+// realigning kernel must serve it: the staged one when there is no
+// residual, else the shifting one.
 std::vector<uint8_t> RunAlone(ForwardCase& c, bool realign) {
   c.PoisonOutputs();
-  const int64_t before = detail::RealignForwardLaunches();
+  const int64_t shifted = detail::RealignForwardLaunches();
+  const int64_t staged = detail::StagedRealignForwardLaunches();
   const Status st = LaunchForwardSegment(c.Segment(), nullptr);
   EXPECT_TRUE(st.ok()) << st.message();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(detail::RealignForwardLaunches(), before + (realign ? 1 : 0)) << Describe(c.spec());
+  const bool is_staged = realign && !c.spec().residual;
+  EXPECT_EQ(detail::StagedRealignForwardLaunches() - staged, is_staged ? 1 : 0)
+      << Describe(c.spec());
+  EXPECT_EQ(detail::RealignForwardLaunches() - shifted, realign && !is_staged ? 1 : 0)
+      << Describe(c.spec());
   return c.DenseOutputBytes();
 }
 
@@ -144,12 +135,15 @@ TEST(ForwardRealign, MatchesReferenceTheGeneralKernelAndTheSegmentTable) {
   ASSERT_FALSE(realign_keys.empty());
   DeviceBuffer workspace(ForwardWorkspaceBytes(static_cast<int>(segments.size())));
   const int64_t realign_before = detail::RealignForwardLaunches();
+  const int64_t staged_before = detail::StagedRealignForwardLaunches();
   const Status st = LaunchForward(segments.data(), static_cast<int>(segments.size()),
                                   workspace.get(), workspace.bytes(), nullptr, nullptr);
   ASSERT_TRUE(st.ok()) << st.message();
   CUDA_ASSERT_OK(cudaDeviceSynchronize());
+  // Every group has two segments: the shifting kernel serves them all.
   EXPECT_EQ(detail::RealignForwardLaunches() - realign_before,
             static_cast<int64_t>(realign_keys.size()));
+  EXPECT_EQ(detail::StagedRealignForwardLaunches(), staged_before);
   for (auto& c : companions) c->Check("companion in the mixed launch");
   for (std::size_t i = 0; i < cases.size(); ++i) {
     EXPECT_EQ(cases[i]->DenseOutputBytes(), alone[i]) << Describe(cases[i]->spec());
@@ -157,24 +151,16 @@ TEST(ForwardRealign, MatchesReferenceTheGeneralKernelAndTheSegmentTable) {
 }
 
 // Enough rows that every block loops over many rows (the grid is capped),
-// and the shapes of the benchmark.
-TEST(ForwardRealign, ManyRows) {
+// and the shapes of the benchmark, with a residual and its sum written out:
+// the shifting kernel (the staged one's many rows without a residual are
+// ForwardRealignStaged.ManyRowGroupsABlock's).
+TEST(ForwardRealign, ManyRowsWithAResidual) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("realign many rows");
-  struct Shape {
-    int64_t hidden, rows;
-    DType dtype;
-  };
-  for (const Shape& shape : {Shape{33, 60000, DType::kBF16}, Shape{2049, 9000, DType::kBF16},
-                             Shape{2049, 9000, DType::kF32}, Shape{8191, 1500, DType::kF16}}) {
+  for (const ManyRowShape& shape : kManyRowShapes) {
     for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
-      ForwardSpec spec;
-      spec.op = op;
-      spec.x_dtype = spec.out_dtype = spec.param_dtype = shape.dtype;
-      spec.rows = std::min(shape.rows, MaxCaseElements() / shape.hidden + 2);
-      spec.hidden = shape.hidden;
-      spec.offset = 3;
-      spec.stats = true;
+      ForwardSpec spec = ManyRowSpec(shape, op);
+      spec.residual = spec.residual_out = true;
       RunAndCheck(spec, rng, "realigned, many rows");
     }
   }
@@ -314,11 +300,15 @@ TEST(ForwardEarlyLaunch, ChainsSeeThePreviousOutput) {
     };
 
     poison();
+    const int64_t staged = detail::StagedRealignForwardLaunches();
     for (int i = 0; i < kLinks; ++i) {
       ASSERT_TRUE(LaunchForwardSegment(segment(i), nullptr).ok());
       CUDA_ASSERT_OK(cudaDeviceSynchronize());
     }
     const std::vector<uint8_t> expected = links[kLinks].Download();
+    // bf16 rows of 2049 are misaligned: the staged realigning kernel serves
+    // the chain (the default policy).
+    EXPECT_EQ(detail::StagedRealignForwardLaunches() - staged, hidden == 2049 ? kLinks : 0);
 
     cudaStream_t stream = nullptr;
     CUDA_ASSERT_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

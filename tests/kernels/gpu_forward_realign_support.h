@@ -1,0 +1,73 @@
+// What the realigning forward's GPU tests share (gpu_forward_realign_test.cc,
+// gpu_forward_realign_staged_test.cc): which cases a realigning kernel
+// serves, and the realigning policy set for a scope.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "gpu_forward_case.h"
+#include "kernel_registry.h"
+#include "launch_plan.h"
+#include "realign_policy.h"
+
+namespace normsvc::kernels::testing {
+
+// Whether the case's rows are not all whole, 16-byte aligned chunks (so the
+// specialized kernel cannot serve it).
+inline bool Misaligned(const ForwardSpec& spec) {
+  const int64_t size = static_cast<int64_t>(DTypeSize(spec.x_dtype));
+  const int64_t width = 16 / size;
+  const bool misaligned_pitch = spec.rows > 1 && ((spec.hidden + spec.x_pad) * size % 16 != 0 ||
+                                                  (spec.hidden + spec.out_pad) * size % 16 != 0);
+  return spec.hidden % width != 0 || spec.offset * size % 16 != 0 || misaligned_pitch;
+}
+
+// Whether the realigning kernel serves a misaligned case whose rows share
+// their offsets (vector plans of more than kRealignMaxSlots slots go to the
+// general kernel, strided plans to the specialized one).
+inline bool RealignServes(const ForwardSpec& spec) {
+  const detail::KernelPlan plan = detail::PlanForward(spec.hidden, spec.x_dtype);
+  return detail::ChooseForwardPath(plan, spec.x_dtype, spec.out_dtype, false, true) ==
+         detail::ForwardPath::kRealign;
+}
+
+// Sets the realigning policy for its scope, then restores the one before.
+class ScopedRealignPolicy {
+ public:
+  explicit ScopedRealignPolicy(detail::RealignPolicy policy)
+      : previous_(detail::GetRealignPolicy()) {
+    detail::SetRealignPolicy(policy);
+  }
+  ~ScopedRealignPolicy() { detail::SetRealignPolicy(previous_); }
+  ScopedRealignPolicy(const ScopedRealignPolicy&) = delete;
+  ScopedRealignPolicy& operator=(const ScopedRealignPolicy&) = delete;
+
+ private:
+  const detail::RealignPolicy previous_;
+};
+
+// Shapes of many rows (more row groups than a wave of blocks holds, so
+// every block loops over many), the benchmark's H among them, and the case
+// of one: rows 3 elements past a 16-byte boundary, statistics saved.
+struct ManyRowShape {
+  int64_t hidden, rows;
+  DType dtype;
+};
+inline constexpr ManyRowShape kManyRowShapes[] = {{33, 60000, DType::kBF16},
+                                                  {2049, 9000, DType::kBF16},
+                                                  {2049, 9000, DType::kF32},
+                                                  {8191, 1500, DType::kF16}};
+
+inline ForwardSpec ManyRowSpec(const ManyRowShape& shape, NormOp op) {
+  ForwardSpec spec;
+  spec.op = op;
+  spec.x_dtype = spec.out_dtype = spec.param_dtype = shape.dtype;
+  spec.rows = std::min(shape.rows, MaxCaseElements() / shape.hidden + 2);
+  spec.hidden = shape.hidden;
+  spec.offset = 3;
+  spec.stats = true;
+  return spec;
+}
+
+}  // namespace normsvc::kernels::testing
