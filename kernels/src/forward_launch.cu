@@ -185,20 +185,19 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
       params.single.residual == nullptr &&
       detail::GetRealignPolicy() == detail::RealignPolicy::kStaged) {
     // Persistent, its rows staged in shared memory (realign_policy.h; the
-    // same bits as the realigning kernel's).
+    // same bits as the realigning kernel's). Where the device cannot hold
+    // a block of it (an occupancy query failed), the shifting kernel below
+    // serves instead: it needs no dynamic shared memory.
     const detail::ForwardKernel staged =
         detail::FindRealignStagedForwardKernel(x_dtype, plan, param_dtype);
     if (staged == nullptr) return Status(Code::kInternal, "no staged realigning kernel");
-    const std::size_t smem = detail::RealignStagedSmemBytes(
-        plan.groups, static_cast<int>((params.single.hidden + plan.width - 1) / plan.width));
-    const int64_t resident = ResidentUnits(staged, plan, smem);
-    if (resident <= 0) {
-      return Status(Code::kInternal, "the staged realigning kernel's " + std::to_string(smem) +
-                                         " bytes of shared memory a block do not fit this device");
+    const std::size_t smem =
+        detail::RealignStagedSmemBytes(plan.groups, plan.slots * plan.row_threads);
+    if (const int64_t resident = ResidentUnits(staged, plan, smem); resident > 0) {
+      const Status launched = LaunchPersistent(staged, plan, smem, resident, params, stream);
+      if (launched.ok()) detail::staged_realign_launches.fetch_add(1, std::memory_order_relaxed);
+      return launched;
     }
-    const Status launched = LaunchPersistent(staged, plan, smem, resident, params, stream);
-    if (launched.ok()) detail::staged_realign_launches.fetch_add(1, std::memory_order_relaxed);
-    return launched;
   }
   if (path != ForwardPath::kGeneral) {
     // RMSNorm's realigned rows are persistent: with a block a row group each

@@ -4,9 +4,13 @@
 // shifted in registers. One segment without a residual (the launcher checks).
 //
 // How: a persistent block copies each of its rows' aligned 16-byte chunks
-// into a stage in shared memory (cp.async; the row's partial end chunks
-// element by element, so that no byte outside the row is read) one row group
-// ahead of the rows it normalizes. After a row barrier each thread reads its
+// into a stage in shared memory (cp.async) one row group ahead of the rows
+// it normalizes. A row's end chunks are copied whole too, with the bytes of
+// the neighbouring rows (or the padding between rows) that share them,
+// which are never used (the other kernels of the plan read those chunks
+// element by element); only a chunk that reaches past the segment's last
+// element is copied element by element, so no byte outside the allocation
+// is read (StageRow). After a row barrier each thread reads its
 // logical chunks (the plan's elements [cW, cW + W)) from the stage as 4-byte
 // words, and a byte permute a word where the row starts 2 bytes off a
 // 4-byte boundary: no barrel shift, and no second aligned chunk held a slot.
@@ -26,16 +30,19 @@
 
 namespace normsvc::kernels::detail {
 
-// Bytes of one row's stage for rows of `chunks` logical chunks: the row's
-// aligned chunks, at most chunks + 1 (a logical chunk's reads, its fifth
-// word included, reach at most the last byte of slot chunks).
-__host__ __device__ constexpr int RealignStageRowBytes(int chunks) { return (chunks + 1) * 16; }
+// Bytes of one row's stage for a plan of `capacity` logical chunks a row
+// (slots x row threads; a row has at most that many): the row's aligned
+// chunks, at most capacity + 1 (a logical chunk's reads, its fifth word
+// included, reach at most the last byte of slot capacity). Sized by the
+// plan, not by H, so that every H of a plan shares one launch
+// configuration (and one entry of the launchers' occupancy cache).
+__host__ __device__ constexpr int RealignStageRowBytes(int capacity) { return (capacity + 1) * 16; }
 
 // Dynamic shared memory of a launch: two stages (the rows being normalized
 // and the next ones loading) of `groups` rows each.
-__host__ __device__ constexpr std::size_t RealignStagedSmemBytes(int groups, int chunks) {
+__host__ __device__ constexpr std::size_t RealignStagedSmemBytes(int groups, int capacity) {
   return 2 * static_cast<std::size_t>(groups) *
-         static_cast<std::size_t>(RealignStageRowBytes(chunks));
+         static_cast<std::size_t>(RealignStageRowBytes(capacity));
 }
 
 // Starts the copies of a row into `stage`: aligned chunk a (the row's
@@ -133,7 +140,7 @@ __device__ __forceinline__ void StagedRealignRows(const ForwardParams& p, unsign
   const RowSchedule schedule = MakeSchedule(p.shape, p.row_groups);
   const int hidden = s.hidden;
   const int chunks = (hidden + W - 1) / W;
-  const int row_bytes = RealignStageRowBytes(chunks);
+  const int row_bytes = RealignStageRowBytes(V * team.row_threads);
   // Stage b (0 or 1) of this row group.
   auto stage_of = [&](int b) { return smem + (b * schedule.groups + team.group) * row_bytes; };
   const T* const x = static_cast<const T*>(s.x);

@@ -48,13 +48,17 @@ class ScopedRealignPolicy {
 };
 
 // Shapes of many rows (more row groups than a wave of blocks holds, so
-// every block loops over many), the benchmark's H among them, and the case
-// of one: rows 3 elements past a 16-byte boundary, statistics saved.
+// every block loops over several: at least three times on an H100 or H200
+// at full size, so that the staged kernel reuses each stage), the
+// benchmark's H among them, rows of a few threads (bf16 33) and of one warp
+// (bf16 300), and the case of one: rows 3 elements past a 16-byte boundary,
+// statistics saved.
 struct ManyRowShape {
   int64_t hidden, rows;
   DType dtype;
 };
-inline constexpr ManyRowShape kManyRowShapes[] = {{33, 60000, DType::kBF16},
+inline constexpr ManyRowShape kManyRowShapes[] = {{33, 200000, DType::kBF16},
+                                                  {300, 30000, DType::kBF16},
                                                   {2049, 9000, DType::kBF16},
                                                   {2049, 9000, DType::kF32},
                                                   {8191, 1500, DType::kF16}};
