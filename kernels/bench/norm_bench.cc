@@ -221,9 +221,44 @@ std::vector<ForwardSegment> OneRowSegments(const Pool& pool, int set, int64_t co
   return segments;
 }
 
-// 1,000 one-row segments of H = 4096 in one LaunchForward (the table built
-// on the host into pinned staging, which the kernel reads in place, included)
-// against one 1000 x 4096 tensor ("copy" columns).
+// One LaunchForward of each set's `segments` (the table built on the host
+// into pinned staging, which the kernel reads in place, included) into
+// r->micros, and one bf16 LayerNorm tensor of the same rows x H into
+// r->copy_micros ("copy" columns), eager (events) or from graph replay.
+void TimeTableAgainstTensor(const Pool& pool, cudaStream_t stream, bool graph,
+                            const std::vector<ForwardSegment> (&segments)[kSets], Record* r) {
+  const int count = static_cast<int>(segments[0].size());
+  const std::size_t table_bytes = kernels::ForwardWorkspaceBytes(count);
+  void* workspace = DeviceArray(table_bytes);
+  // A staging buffer must stay untouched until its launch has run: one per
+  // call (event timing queues up to 59 calls ahead of the device).
+  constexpr int kStaging = 64;
+  std::vector<void*> staging(kStaging);
+  for (void*& p : staging) Check(cudaMallocHost(&p, table_bytes), "cudaMallocHost");
+  int calls = 0;
+  auto many = [&](int i) {
+    CheckStatus(kernels::LaunchForward(segments[i % kSets].data(), count, workspace, table_bytes,
+                                       staging[calls++ % kStaging], stream),
+                "multi-segment");
+  };
+  auto one = [&](int i) {
+    const int s = i % kSets;
+    CheckStatus(kernels::LaunchForwardSegment(Segment(NormOp::kLayerNorm, DType::kBF16, r->rows,
+                                                      r->hidden, pool.x[s], pool.out[s], pool),
+                                              stream),
+                "one tensor");
+  };
+  r->micros =
+      graph ? GraphMicrosPerCall(1, 50, stream, many) : MedianMicros(kSets, 50, stream, many);
+  r->copy_micros =
+      graph ? GraphMicrosPerCall(1, 50, stream, one) : MedianMicros(kSets, 50, stream, one);
+  Check(cudaStreamSynchronize(stream), "synchronize");
+  for (void* p : staging) cudaFreeHost(p);
+  cudaFree(workspace);
+}
+
+// 1,000 one-row segments of H = 4096 in one LaunchForward against one
+// 1000 x 4096 tensor.
 Record MultiSegment(const Pool& pool, cudaStream_t stream, bool graph) {
   const int64_t hidden = 4096, count = 1000;
   Record r{graph ? "multi_segment_graph" : "multi_segment_events",
@@ -233,35 +268,34 @@ Record MultiSegment(const Pool& pool, cudaStream_t stream, bool graph) {
            count,
            hidden};
   r.bytes = static_cast<double>(count * hidden * 2 * 2);
-  const std::size_t table_bytes = kernels::ForwardWorkspaceBytes(count);
-  void* workspace = DeviceArray(table_bytes);
-  // A staging buffer must stay untouched until its launch has run: one per
-  // call (event timing queues up to 59 calls ahead of the device).
-  constexpr int kStaging = 64;
-  std::vector<void*> staging(kStaging);
-  for (void*& p : staging) Check(cudaMallocHost(&p, table_bytes), "cudaMallocHost");
   std::vector<ForwardSegment> segments[kSets];
   for (int s = 0; s < kSets; ++s) segments[s] = OneRowSegments(pool, s, count, hidden);
-  int calls = 0;
-  auto many = [&](int i) {
-    CheckStatus(kernels::LaunchForward(segments[i % kSets].data(), count, workspace, table_bytes,
-                                       staging[calls++ % kStaging], stream),
-                "multi-segment");
-  };
-  auto one = [&](int i) {
-    const int s = i % kSets;
-    CheckStatus(kernels::LaunchForwardSegment(Segment(NormOp::kLayerNorm, DType::kBF16, count,
-                                                      hidden, pool.x[s], pool.out[s], pool),
-                                              stream),
-                "one tensor");
-  };
-  r.micros =
-      graph ? GraphMicrosPerCall(1, 50, stream, many) : MedianMicros(kSets, 50, stream, many);
-  r.copy_micros =
-      graph ? GraphMicrosPerCall(1, 50, stream, one) : MedianMicros(kSets, 50, stream, one);
-  Check(cudaStreamSynchronize(stream), "synchronize");
-  for (void* p : staging) cudaFreeHost(p);
-  cudaFree(workspace);
+  TimeTableAgainstTensor(pool, stream, graph, segments, &r);
+  return r;
+}
+
+// The most elements a segment case below normalizes (RealignedSegments').
+constexpr int64_t kSegmentCaseElements = int64_t{64} * 128 * 2049;
+
+// A server batch of realigned requests: 64 segments of 128 rows of
+// H = 2049 (rows off a 16-byte boundary) in one LaunchForward, against one
+// 8192 x 2049 tensor (one segment), eager: what a table of segments costs
+// the realigning kernels.
+Record RealignedSegments(const Pool& pool, cudaStream_t stream) {
+  const int64_t hidden = 2049, count = 64, rows_each = 128;
+  Record r{"realigned_segments",      "layer_norm",      "bf16",
+           "64 segments vs 1 tensor", count * rows_each, hidden};
+  r.bytes = static_cast<double>(r.rows * hidden * 2 * 2);
+  std::vector<ForwardSegment> segments[kSets];
+  for (int s = 0; s < kSets; ++s) {
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t offset = i * rows_each * hidden * 2;
+      segments[s].push_back(Segment(NormOp::kLayerNorm, DType::kBF16, rows_each, hidden,
+                                    static_cast<const char*>(pool.x[s]) + offset,
+                                    static_cast<char*>(pool.out[s]) + offset, pool));
+    }
+  }
+  TimeTableAgainstTensor(pool, stream, false, segments, &r);
   return r;
 }
 
@@ -384,9 +418,17 @@ int main(int argc, char** argv) {
       for (int64_t rows : {1, 8, 64}) records.push_back(SmallBatch(rows, 4096, pool, stream));
       // Where the time of one row goes: a small row and a warp-sized one.
       for (int64_t h : {64, 1024}) records.push_back(SmallBatch(1, h, pool, stream));
-      records.push_back(MultiSegment(pool, stream, false));
-      records.push_back(MultiSegment(pool, stream, true));
-      records.push_back(SegmentTableParts(pool, stream));
+      // The segment cases' rows must fit the pools, which --elements below
+      // 2^24 shrinks.
+      if (PoolElements() >= kSegmentCaseElements) {
+        records.push_back(MultiSegment(pool, stream, false));
+        records.push_back(MultiSegment(pool, stream, true));
+        records.push_back(RealignedSegments(pool, stream));
+        records.push_back(SegmentTableParts(pool, stream));
+      } else {
+        std::printf("(multi-segment cases skipped: --elements below %lld)\n",
+                    static_cast<long long>(kSegmentCaseElements));
+      }
     }
   }
   std::printf("%-22s %-10s %-5s %6s %6s %-26s %9s %8s %9s %8s %6s\n", "kind", "op", "dtype", "rows",
