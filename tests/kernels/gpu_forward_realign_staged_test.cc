@@ -57,18 +57,8 @@ TEST(ForwardRealignStaged, MatchesReferenceAndTheShiftingKernelBitForBit) {
     for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
       for (int64_t rows : {int64_t{1}, int64_t{3}, hidden <= 1024 ? int64_t{1001} : int64_t{203}}) {
         ++variant;
-        ForwardSpec spec;
-        spec.op = variant % 2 ? NormOp::kLayerNorm : NormOp::kRmsNorm;
-        spec.x_dtype = spec.out_dtype = dtype;
-        spec.param_dtype = dtype != DType::kF32 && variant % 3 == 0 ? DType::kF32 : dtype;
-        spec.rows = std::min(rows, MaxCaseElements() / hidden + 2);
-        spec.hidden = hidden;
-        spec.offset = hidden % (16 / static_cast<int64_t>(DTypeSize(dtype))) == 0
-                          ? 1 + 2 * (variant % 4)
-                          : variant % 9;
-        spec.x_pad = spec.out_pad = variant % 4;
-        spec.gamma = variant % 4 != 3;
-        spec.beta = variant % 5 != 4;
+        ForwardSpec spec = VariedRealignSpec(variant, dtype, hidden,
+                                             std::min(rows, MaxCaseElements() / hidden + 2));
         spec.stats = (variant / 2) % 2 == 0;  // both ops with and without
         if (!Misaligned(spec) || !RealignServes(spec)) continue;
         ++served;

@@ -47,6 +47,26 @@ class ScopedRealignPolicy {
   const detail::RealignPolicy previous_;
 };
 
+// A misaligned case of the `variant`th combination: the op, fp32 parameters
+// of 16-bit rows, the row offset (0..8 elements; an odd one for rows of
+// whole chunks, which need it to be misaligned), padded pitches and the
+// affine parameters all cycle with `variant`. Residual and statistics are
+// the caller's.
+inline ForwardSpec VariedRealignSpec(int variant, DType dtype, int64_t hidden, int64_t rows) {
+  ForwardSpec spec;
+  spec.op = variant % 2 ? NormOp::kLayerNorm : NormOp::kRmsNorm;
+  spec.x_dtype = spec.out_dtype = dtype;
+  spec.param_dtype = dtype != DType::kF32 && variant % 3 == 0 ? DType::kF32 : dtype;
+  spec.rows = rows;
+  spec.hidden = hidden;
+  spec.offset = hidden % (16 / static_cast<int64_t>(DTypeSize(dtype))) == 0 ? 1 + 2 * (variant % 4)
+                                                                            : variant % 9;
+  spec.x_pad = spec.out_pad = variant % 4;
+  spec.gamma = variant % 4 != 3;
+  spec.beta = variant % 5 != 4;
+  return spec;
+}
+
 // Shapes of many rows (more row groups than a wave of blocks holds, so
 // every block loops over several: at least three times on an H100 or H200
 // at full size, so that the staged kernel reuses each stage), the

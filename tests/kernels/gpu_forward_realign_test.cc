@@ -72,19 +72,7 @@ TEST(ForwardRealign, MatchesReferenceTheGeneralKernelAndTheSegmentTable) {
   for (int64_t hidden : {5, 13, 33, 255, 256, 513, 1001, 1024, 2049, 4095, 8191}) {
     for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
       ++variant;
-      ForwardSpec spec;
-      spec.op = variant % 2 ? NormOp::kLayerNorm : NormOp::kRmsNorm;
-      spec.x_dtype = spec.out_dtype = dtype;
-      spec.param_dtype = dtype != DType::kF32 && variant % 3 == 0 ? DType::kF32 : dtype;
-      spec.rows = hidden <= 1024 ? 1001 : 203;
-      spec.hidden = hidden;
-      // Rows of whole chunks need an odd offset to be misaligned.
-      spec.offset = hidden % (16 / static_cast<int64_t>(DTypeSize(dtype))) == 0
-                        ? 1 + 2 * (variant % 4)
-                        : variant % 9;
-      spec.x_pad = spec.out_pad = variant % 4;
-      spec.gamma = variant % 4 != 3;
-      spec.beta = variant % 5 != 4;
+      ForwardSpec spec = VariedRealignSpec(variant, dtype, hidden, hidden <= 1024 ? 1001 : 203);
       spec.residual = variant % 3 == 1;
       spec.residual_out = spec.residual && variant % 2 == 0;
       spec.stats = variant % 2 == 0;
