@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Rounds 39-41 tested and measured from one build (combined.patch of
+# ../2026-12-07-rounds39-40 plus round41.patch), when one call is all there
+# is: bundle .gpu with its tests/kernels/kernels_gpu_test and
+# kernels/bench/norm_bench. The whole kernels_gpu_test, memcheck and
+# racecheck over the staged kernel's tests, then RUNS times (default 2),
+# interleaved: norm_bench --forward-only at H = 2049, 4095, 8191 with
+# --realign shift (the shifting kernel, which rounds 39-41 leave as it is:
+# the anchor against round 38's run of the same shapes) and with the staged
+# kernel at 2 and 3 stages; and the bf16 table under each policy (the
+# segment case's table time, round 40). Writes under $1, packs it into $1.tgz.
+set -u
+out=${1:?usage: call_land.sh OUT_DIR [RUNS]}
+runs=${2:-2}
+mkdir -p "$out"
+if [[ ! -d .gpu/bin && -f .gpu/bundle.tar.xz ]]; then tar -C .gpu -xJf .gpu/bundle.tar.xz; fi
+export LD_LIBRARY_PATH=$PWD/.gpu/lib
+bin=.gpu/bin
+bench=$bin/kernels/bench/norm_bench
+CS=$(ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+{ nvidia-smi --query-gpu=name,driver_version --format=csv; date -u; echo "sanitizer: $CS"; } \
+  >"$out/device.txt" 2>&1
+timeout 240 $bin/tests/kernels/kernels_gpu_test >"$out/kernels_gpu_test.log" 2>&1
+echo "kernels_gpu_test exit $?" | tee -a "$out/device.txt"
+grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests? ran' "$out/kernels_gpu_test.log" | tail -n 12
+for tool in memcheck racecheck; do
+  NORMSVC_TEST_MAX_ELEMENTS=65536 timeout 80 $CS --tool $tool --error-exitcode 9 \
+    $bin/tests/kernels/kernels_gpu_test \
+    --gtest_filter='ForwardRealignStaged.Many*:ForwardRealignStaged.Groups*' \
+    >"$out/$tool.log" 2>&1
+  echo "$tool exit $? ($(grep -cE '^========= (Invalid|Error|Race)' "$out/$tool.log") reports)" \
+    | tee -a "$out/device.txt"
+done
+for run in $(seq 1 "$runs"); do
+  for hidden in ${HIDDENS:-2049 4095 8191}; do
+    for variant in shift:2 staged:2 staged:3; do
+      IFS=: read policy stages <<<"$variant"
+      name=${policy}_s${stages}_${hidden}_$run
+      timeout 45 $bench --forward-only --hidden $hidden --realign $policy --realign-stages $stages \
+        --json "$out/$name.json" >"$out/$name.txt" 2>&1
+      echo "$name exit $?: $(grep -E '^forward ' "$out/$name.txt" | awk '{print $2, $3, $NF}' | tr '\n' ';')"
+    done
+  done
+  for policy in staged shift; do
+    name=table_${policy}_$run
+    timeout 60 $bench --forward-only --dtype bf16 --realign $policy \
+      --json "$out/$name.json" >"$out/$name.txt" 2>&1
+    echo "$name exit $?: $(grep -E '^realigned_segments ' "$out/$name.txt")"
+  done
+done
+date -u >>"$out/device.txt"
+tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")" && rm -rf "$out"
