@@ -4,7 +4,8 @@
 # is: bundle .gpu with its tests/kernels/kernels_gpu_test and
 # kernels/bench/norm_bench. The whole kernels_gpu_test, memcheck and
 # racecheck over the staged kernel's tests, then RUNS times (default 2),
-# interleaved: norm_bench --forward-only at H = 2049, 4095, 8191 with
+# interleaved: norm_bench --forward-only at H = 2049, 4095, 8191 and 33
+# (rows of a few threads, several rows a warp, whose leads differ) with
 # --realign shift (the shifting kernel, which rounds 39-41 leave as it is:
 # the anchor against round 38's run of the same shapes) and with the staged
 # kernel at 2 and 3 stages; and the bf16 table under each policy (the
@@ -32,7 +33,7 @@ for tool in memcheck racecheck; do
     | tee -a "$out/device.txt"
 done
 for run in $(seq 1 "$runs"); do
-  for hidden in ${HIDDENS:-2049 4095 8191}; do
+  for hidden in ${HIDDENS:-2049 4095 8191 33}; do
     for variant in shift:2 staged:2 staged:3; do
       IFS=: read policy stages <<<"$variant"
       name=${policy}_s${stages}_${hidden}_$run
