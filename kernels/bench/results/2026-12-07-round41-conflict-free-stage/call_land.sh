@@ -9,7 +9,9 @@
 # --realign shift (the shifting kernel, which rounds 39-41 leave as it is:
 # the anchor against round 38's run of the same shapes) and with the staged
 # kernel at 2 and 3 stages; and the bf16 table under each policy (the
-# segment case's table time, round 40). Writes under $1, packs it into $1.tgz.
+# segment case's table time, round 40). TEST_FILTER narrows the test run
+# (default: all), TEST_SECONDS and SANITIZER_SECONDS bound it. Writes under
+# $1, packs it into $1.tgz.
 set -u
 out=${1:?usage: call_land.sh OUT_DIR [RUNS]}
 runs=${2:-2}
@@ -21,11 +23,11 @@ bench=$bin/kernels/bench/norm_bench
 CS=$(ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
 { nvidia-smi --query-gpu=name,driver_version --format=csv; date -u; echo "sanitizer: $CS"; } \
   >"$out/device.txt" 2>&1
-timeout 240 $bin/tests/kernels/kernels_gpu_test >"$out/kernels_gpu_test.log" 2>&1
+timeout ${TEST_SECONDS:-240} $bin/tests/kernels/kernels_gpu_test --gtest_filter="${TEST_FILTER:-*}" >"$out/kernels_gpu_test.log" 2>&1
 echo "kernels_gpu_test exit $?" | tee -a "$out/device.txt"
 grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests? ran' "$out/kernels_gpu_test.log" | tail -n 12
 for tool in memcheck racecheck; do
-  NORMSVC_TEST_MAX_ELEMENTS=65536 timeout 80 $CS --tool $tool --error-exitcode 9 \
+  NORMSVC_TEST_MAX_ELEMENTS=65536 timeout ${SANITIZER_SECONDS:-80} $CS --tool $tool --error-exitcode 9 \
     $bin/tests/kernels/kernels_gpu_test \
     --gtest_filter='ForwardRealignStaged.Many*:ForwardRealignStaged.Groups*' \
     >"$out/$tool.log" 2>&1
