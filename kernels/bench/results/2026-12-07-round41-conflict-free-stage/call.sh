@@ -11,12 +11,9 @@ set -u
 out=${1:?usage: call.sh OUT_DIR [RUNS]}
 runs=${2:-2}
 stages=${STAGES:-2}
-mkdir -p "$out"
-if [[ ! -d .gpu/bin && -f .gpu/bundle.tar.xz ]]; then tar -C .gpu -xJf .gpu/bundle.tar.xz; fi
-export LD_LIBRARY_PATH=$PWD/.gpu/lib
-bin=.gpu/bin
-{ nvidia-smi --query-gpu=name,driver_version --format=csv; date -u; echo "stages: $stages"; } \
-  >"$out/device.txt" 2>&1
+source kernels/bench/device_call.sh
+call_begin "$out"
+echo "stages: $stages" >>"$out/device.txt"
 for run in $(seq 1 "$runs"); do
   for hidden in ${HIDDENS:-2049 4095 8191}; do
     for build in base r41; do
@@ -24,10 +21,8 @@ for run in $(seq 1 "$runs"); do
       name=${build}_${hidden}_$run
       timeout 60 $b --forward-only --hidden $hidden --realign-stages $stages \
         --json "$out/$name.json" >"$out/$name.txt" 2>&1
-      echo "$name exit $?"
-      grep -E '^forward ' "$out/$name.txt" | awk '{print $2, $3, $5, $NF}' | tr '\n' ';'; echo
+      echo "$name exit $?: $(grep -E '^forward ' "$out/$name.txt" | awk '{print $2, $3, $NF}' | tr '\n' ';')"
     done
   done
 done
-date -u >>"$out/device.txt"
-tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")" && rm -rf "$out"
+call_end "$out"

@@ -15,25 +15,11 @@
 set -u
 out=${1:?usage: call_land.sh OUT_DIR [RUNS]}
 runs=${2:-2}
-mkdir -p "$out"
-if [[ ! -d .gpu/bin && -f .gpu/bundle.tar.xz ]]; then tar -C .gpu -xJf .gpu/bundle.tar.xz; fi
-export LD_LIBRARY_PATH=$PWD/.gpu/lib
-bin=.gpu/bin
+source kernels/bench/device_call.sh
+call_begin "$out"
 bench=$bin/kernels/bench/norm_bench
-CS=$(ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
-{ nvidia-smi --query-gpu=name,driver_version --format=csv; date -u; echo "sanitizer: $CS"; } \
-  >"$out/device.txt" 2>&1
-timeout ${TEST_SECONDS:-240} $bin/tests/kernels/kernels_gpu_test --gtest_filter="${TEST_FILTER:-*}" >"$out/kernels_gpu_test.log" 2>&1
-echo "kernels_gpu_test exit $?" | tee -a "$out/device.txt"
-grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests? ran' "$out/kernels_gpu_test.log" | tail -n 12
-for tool in memcheck racecheck; do
-  NORMSVC_TEST_MAX_ELEMENTS=65536 timeout ${SANITIZER_SECONDS:-80} $CS --tool $tool --error-exitcode 9 \
-    $bin/tests/kernels/kernels_gpu_test \
-    --gtest_filter='ForwardRealignStaged.Many*:ForwardRealignStaged.Groups*' \
-    >"$out/$tool.log" 2>&1
-  echo "$tool exit $? ($(grep -cE '^========= (Invalid|Error|Race)' "$out/$tool.log") reports)" \
-    | tee -a "$out/device.txt"
-done
+call_tests "$out" "${TEST_SECONDS:-240}" --gtest_filter="${TEST_FILTER:-*}"
+call_sanitizers "$out" 'ForwardRealignStaged.Many*:ForwardRealignStaged.Groups*' "${SANITIZER_SECONDS:-80}"
 for run in $(seq 1 "$runs"); do
   for hidden in ${HIDDENS:-2049 4095 8191 33}; do
     for variant in shift:2 staged:2 staged:3; do
@@ -51,5 +37,4 @@ for run in $(seq 1 "$runs"); do
     echo "$name exit $?: $(grep -E '^realigned_segments ' "$out/$name.txt")"
   done
 done
-date -u >>"$out/device.txt"
-tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")" && rm -rf "$out"
+call_end "$out"

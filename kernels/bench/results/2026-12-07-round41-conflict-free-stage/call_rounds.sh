@@ -14,11 +14,9 @@
 set -u
 out=${1:?usage: call_rounds.sh OUT_DIR [RUNS]}
 runs=${2:-2}
-mkdir -p "$out"
-if [[ ! -d .gpu/bin && -f .gpu/bundle.tar.xz ]]; then tar -C .gpu -xJf .gpu/bundle.tar.xz; fi
-export LD_LIBRARY_PATH=$PWD/.gpu/lib
-bench=.gpu/bin/kernels/bench
-{ nvidia-smi --query-gpu=name,driver_version --format=csv; date -u; } >"$out/device.txt" 2>&1
+source kernels/bench/device_call.sh
+call_begin "$out"
+bench=$bin/kernels/bench
 for run in $(seq 1 "$runs"); do
   for hidden in ${HIDDENS:-2049 4095 8191}; do
     for variant in base:2 base:3 base:4 r41:2 r41:3; do
@@ -37,5 +35,4 @@ for run in $(seq 1 "$runs"); do
     echo "$name exit $?: $(grep -E '^realigned_segments ' "$out/$name.txt")"
   done
 done
-date -u >>"$out/device.txt"
-tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")" && rm -rf "$out"
+call_end "$out"

@@ -12,26 +12,10 @@
 set -u
 out=${1:?usage: call.sh OUT_DIR [RUNS]}
 runs=${2:-2}
-mkdir -p "$out"
-if [[ ! -d .gpu/bin && -f .gpu/bundle.tar.xz ]]; then tar -C .gpu -xJf .gpu/bundle.tar.xz; fi
-export LD_LIBRARY_PATH=$PWD/.gpu/lib
-bin=.gpu/bin
-CS=$(ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
-{ nvidia-smi --query-gpu=name,driver_version --format=csv; date -u; echo "sanitizer: $CS"; } \
-  >"$out/device.txt" 2>&1
-timeout 150 $bin/tests/kernels/kernels_gpu_test \
-  --gtest_filter='ForwardRealign*:ForwardSegment*:ForwardEarlyLaunch*:*Special*:*BatchInvariance*' \
-  >"$out/tests.log" 2>&1
-echo "tests exit $?" | tee -a "$out/device.txt"
-grep -E '^\[  (PASSED|FAILED) |tests? ran' "$out/tests.log" | tail -n 8
-for tool in memcheck racecheck; do
-  NORMSVC_TEST_MAX_ELEMENTS=65536 timeout 100 $CS --tool $tool --error-exitcode 9 \
-    $bin/tests/kernels/kernels_gpu_test \
-    --gtest_filter='ForwardRealignStaged.Many*:ForwardRealignStaged.Groups*' \
-    >"$out/$tool.log" 2>&1
-  echo "$tool exit $? ($(grep -cE '^========= (Invalid|Error|Race)' "$out/$tool.log") reports)" \
-    | tee -a "$out/device.txt"
-done
+source kernels/bench/device_call.sh
+call_begin "$out"
+call_tests "$out" 150 --gtest_filter='ForwardRealign*:ForwardSegment*:ForwardEarlyLaunch*:*Special*:*BatchInvariance*'
+call_sanitizers "$out" 'ForwardRealignStaged.Many*:ForwardRealignStaged.Groups*' 100
 summary() { grep -E '^(forward|realigned_segments) ' "$1" | awk '{print $2, $3, $5, $NF}' | tr '\n' ';'; echo; }
 for run in $(seq 1 "$runs"); do
   for hidden in ${HIDDENS:-2049 4095 8191}; do
@@ -53,5 +37,4 @@ for run in $(seq 1 "$runs"); do
     echo "$name exit $?"; grep -E '^realigned_segments ' "$out/$name.txt"
   done
 done
-date -u >>"$out/device.txt"
-tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")" && rm -rf "$out"
+call_end "$out"

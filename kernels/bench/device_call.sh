@@ -1,0 +1,49 @@
+# Steps shared by the GPU machine's call scripts (kernels/bench/results/*/
+# call*.sh), sourced from the repository root there:
+#
+#   source kernels/bench/device_call.sh
+#   call_begin OUT_DIR                    # folder, bundle unpacked, device.txt
+#   call_tests OUT_DIR SECONDS [ARGS...]  # kernels_gpu_test ARGS -> kernels_gpu_test.log
+#   call_sanitizers OUT_DIR FILTER SECONDS  # memcheck and racecheck over FILTER
+#   call_end OUT_DIR                      # end time, OUT_DIR packed into OUT_DIR.tgz
+#
+# The bundle is .gpu (kernels/bench/pack_gpu_bundle.sh); `bin` names its
+# binaries after call_begin. Each step appends its exit status to
+# device.txt; a GPU call returns a limited number of files, hence the one
+# archive.
+
+call_begin() {
+  local out=$1
+  mkdir -p "$out"
+  if [[ ! -d .gpu/bin && -f .gpu/bundle.tar.xz ]]; then tar -C .gpu -xJf .gpu/bundle.tar.xz; fi
+  export LD_LIBRARY_PATH=$PWD/.gpu/lib
+  bin=.gpu/bin
+  sanitizer=$(ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+  { nvidia-smi --query-gpu=name,driver_version --format=csv; date -u; echo "sanitizer: $sanitizer"; } \
+    >"$out/device.txt" 2>&1
+}
+
+call_tests() {
+  local out=$1 seconds=$2
+  shift 2
+  timeout "$seconds" $bin/tests/kernels/kernels_gpu_test "$@" >"$out/kernels_gpu_test.log" 2>&1
+  echo "kernels_gpu_test $* exit $?" | tee -a "$out/device.txt"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests? ran' "$out/kernels_gpu_test.log" | tail -n 12
+}
+
+# At 65,536 elements a case, so that the sanitizers finish in time.
+call_sanitizers() {
+  local out=$1 filter=$2 seconds=$3 tool
+  for tool in memcheck racecheck; do
+    NORMSVC_TEST_MAX_ELEMENTS=65536 timeout "$seconds" "$sanitizer" --tool $tool --error-exitcode 9 \
+      $bin/tests/kernels/kernels_gpu_test --gtest_filter="$filter" >"$out/$tool.log" 2>&1
+    echo "$tool exit $? ($(grep -cE '^========= (Invalid|Error|Race)' "$out/$tool.log") reports)" \
+      | tee -a "$out/device.txt"
+  done
+}
+
+call_end() {
+  local out=$1
+  date -u >>"$out/device.txt"
+  tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")" && rm -rf "$out"
+}
