@@ -5,6 +5,7 @@
 #   call_begin OUT_DIR                    # folder, bundle unpacked, device.txt
 #   call_tests OUT_DIR SECONDS [ARGS...]  # kernels_gpu_test ARGS -> kernels_gpu_test.log
 #   call_sanitizers OUT_DIR FILTER SECONDS  # memcheck and racecheck over FILTER
+#   call_segment_tables OUT_DIR BENCH RUN SECONDS  # BENCH's bf16 forward table, both policies
 #   call_end OUT_DIR                      # end time, OUT_DIR packed into OUT_DIR.tgz
 #
 # The bundle is .gpu (kernels/bench/pack_gpu_bundle.sh); `bin` names its
@@ -39,6 +40,19 @@ call_sanitizers() {
       $bin/tests/kernels/kernels_gpu_test --gtest_filter="$filter" >"$out/$tool.log" 2>&1
     echo "$tool exit $? ($(grep -cE '^========= (Invalid|Error|Race)' "$out/$tool.log") reports)" \
       | tee -a "$out/device.txt"
+  done
+}
+
+# BENCH's bf16 forward table (every H, the small-batch and segment cases)
+# under each realigning policy: the staged kernel for tables of segments,
+# then the shifting kernel for everything; prints realigned_segments' line.
+call_segment_tables() {
+  local out=$1 bench=$2 run=$3 seconds=$4 policy name
+  for policy in staged shift; do
+    name=table_${policy}_$run
+    timeout "$seconds" "$bench" --forward-only --dtype bf16 --realign $policy \
+      --json "$out/$name.json" >"$out/$name.txt" 2>&1
+    echo "$name exit $?: $(grep -E '^realigned_segments ' "$out/$name.txt")"
   done
 }
 

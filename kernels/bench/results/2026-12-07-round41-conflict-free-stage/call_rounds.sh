@@ -28,11 +28,6 @@ for run in $(seq 1 "$runs"); do
       echo "$name exit $?: $(grep -E '^forward ' "$out/$name.txt" | awk '{print $2, $3, $NF}' | tr '\n' ';')"
     done
   done
-  for policy in staged shift; do
-    name=table_${policy}_$run
-    timeout 75 $bench/norm_bench_base --forward-only --dtype bf16 --realign $policy \
-      --json "$out/$name.json" >"$out/$name.txt" 2>&1
-    echo "$name exit $?: $(grep -E '^realigned_segments ' "$out/$name.txt")"
-  done
+  call_segment_tables "$out" $bench/norm_bench_base "$run" 75
 done
 call_end "$out"
