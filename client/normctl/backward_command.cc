@@ -5,6 +5,20 @@
 #include "tensor_files.h"
 
 namespace normsvc::normctl {
+namespace {
+
+// Saved statistics as read from a file, shaped for `input`: a 1-D input's
+// are scalars (shape []), which `normalize --mean_out` writes as 0-d .npy
+// files and ReadTensorFlag reads as shape [1] (a 0-d input is one element);
+// any other shape is left for the server to check.
+v1::Tensor StatisticsFor(const v1::Tensor& input, v1::Tensor statistics) {
+  if (input.shape_size() == 1 && statistics.shape_size() == 1 && statistics.shape(0) == 1) {
+    statistics.clear_shape();
+  }
+  return statistics;
+}
+
+}  // namespace
 
 int RunBackward(cli::Args& args, const Session& session) {
   v1::NormalizeBackwardRequest request;
@@ -44,10 +58,10 @@ int RunBackward(cli::Args& args, const Session& session) {
   *request.mutable_grad_output() = **std::move(grad);
   absl::StatusOr<std::optional<v1::Tensor>> mean = ReadTensorFlag(args, "mean", v1::FP32);
   if (!mean.ok()) return LocalExitCode(mean.status());
-  if (*mean) *request.mutable_mean() = **std::move(mean);
+  if (*mean) *request.mutable_mean() = StatisticsFor(request.input(), **std::move(mean));
   absl::StatusOr<std::optional<v1::Tensor>> rstd = ReadTensorFlag(args, "rstd", v1::FP32);
   if (!rstd.ok()) return LocalExitCode(rstd.status());
-  if (*rstd) *request.mutable_rstd() = **std::move(rstd);
+  if (*rstd) *request.mutable_rstd() = StatisticsFor(request.input(), **std::move(rstd));
   if (absl::Status status = args.CheckAllUsed(); !status.ok()) return LocalExitCode(status);
 
   absl::StatusOr<v1::NormalizeBackwardResponse> response =

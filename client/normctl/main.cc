@@ -52,7 +52,7 @@ common flags:
   Boolean flags are --name or --name=true|false ("--stream false" is refused:
   no command but params takes a further word). Flags that cannot go together
   are refused before any call, and no output file is written unless all are.
-%s
+%s%s
 tensors (.npy, little-endian, C order):
   fp32 = '<f4', fp16 = '<f2', float64 '<f8' is accepted and sent as fp32.
   bf16 is stored as its raw 16-bit patterns in a uint16 array ('<u2'); '|V2'
@@ -72,7 +72,9 @@ exit codes:
   6  health: the server answered but is not SERVING (or does not know the service)
 )";
 
-void PrintUsage(FILE* out) { std::fprintf(out, kUsage, cli::kChannelFlagsHelp); }
+void PrintUsage(FILE* out) {
+  std::fprintf(out, kUsage, cli::kChannelFlagsHelp, cli::kRetriesFlagHelp);
+}
 
 int Main(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
@@ -89,7 +91,8 @@ int Main(int argc, char** argv) {
     PrintUsage(stdout);
     return kExitOk;
   }
-  absl::StatusOr<client::ChannelOptions> channel_options = cli::ChannelOptionsFromArgs(args);
+  absl::StatusOr<client::ChannelOptions> channel_options =
+      cli::ChannelOptionsFromArgs(args, /*read_retries=*/true);
   if (!channel_options.ok()) return ReportError(kExitUsage, channel_options.status());
   absl::StatusOr<int64_t> timeout_ms = args.GetInt("timeout_ms", 30000);
   absl::StatusOr<bool> wait_for_ready = args.GetBool("wait_for_ready", false);

@@ -151,6 +151,15 @@ int RunNormalize(cli::Args& args, const Session& session) {
   if (!residual.ok()) return LocalExitCode(residual.status());
   if (*residual) *request.mutable_residual() = **std::move(residual);
   if (absl::Status status = args.CheckAllUsed(); !status.ok()) return LocalExitCode(status);
+  // The stream sends the residual's rows beside the input's, so its shape
+  // must be the input's (one Normalize call leaves that check to the server).
+  if (*stream && request.has_residual() &&
+      !std::equal(request.residual().shape().begin(), request.residual().shape().end(),
+                  request.input().shape().begin(), request.input().shape().end())) {
+    return LocalExitCode(absl::InvalidArgumentError(
+        absl::StrCat("--residual is ", DescribeTensor(request.residual()), " but --in is ",
+                     DescribeTensor(request.input()), ": the shapes must be the same")));
+  }
 
   absl::StatusOr<v1::NormalizeResponse> response =
       *stream ? NormalizeOverStream(request, *chunk_rows, session)

@@ -33,7 +33,7 @@ float Float(const client::NpyArray& array, size_t i) {
 }
 
 // A vector [H] is one row: its mean and rstd are scalars (0-d .npy), over
-// Normalize and over NormalizeStream alike.
+// Normalize and over NormalizeStream alike, and backward takes them back.
 TEST_F(NormctlServerTest, OneDimensionalInputGivesScalarStatistics) {
   constexpr int kHidden = 96;
   const std::vector<float> x = WriteRandomNpy(dir_->File("v.npy"), {kHidden}, rng_);
@@ -59,6 +59,25 @@ TEST_F(NormctlServerTest, OneDimensionalInputGivesScalarStatistics) {
     EXPECT_NEAR(Float(m, 0), mean, 1e-5 * std::max(1.0, std::fabs(mean)));
     EXPECT_NEAR(Float(r, 0), rstd, 1e-5 * rstd);
     EXPECT_NEAR(Float(y, 5), (x[5] - mean) * rstd, 1e-5 * std::max(1.0, std::fabs(double{x[5]})));
+  }
+  // The 0-d files feed the backward as they are.
+  const std::vector<float> dy = WriteRandomNpy(dir_->File("vdy.npy"), {kHidden}, rng_);
+  std::remove(dir_->File("vdx.npy").c_str());
+  const CommandResult run =
+      RunCommand(Normctl({"backward", "--op=layernorm", "--in=" + dir_->File("v.npy"),
+                          "--grad=" + dir_->File("vdy.npy"), "--mean=" + dir_->File("vm.npy"),
+                          "--rstd=" + dir_->File("vr.npy"), "--dx_out=" + dir_->File("vdx.npy")}));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  double dy_mean = 0, dy_xhat_mean = 0;
+  for (int i = 0; i < kHidden; ++i) {
+    dy_mean += dy[i] / double{kHidden};
+    dy_xhat_mean += dy[i] * (x[i] - mean) * rstd / kHidden;
+  }
+  const client::NpyArray dx = Load(dir_->File("vdx.npy"));
+  ASSERT_EQ(dx.data.size(), 4u * kHidden);
+  for (int i = 0; i < kHidden; ++i) {
+    const double want = (dy[i] - dy_mean - (x[i] - mean) * rstd * dy_xhat_mean) * rstd;
+    EXPECT_NEAR(Float(dx, i), want, 1e-4 * std::max(1.0, std::fabs(want))) << i;
   }
 }
 
@@ -86,6 +105,7 @@ TEST_F(NormctlServerTest, StreamWithNoRowsWritesAnEmptyOutput) {
 TEST_F(NormctlServerTest, ImpossibleOutputsAreRefusedBeforeTheCall) {
   WriteRandomNpy(dir_->File("x.npy"), {4, 32}, rng_);
   WriteRandomNpy(dir_->File("dy.npy"), {4, 32}, rng_);
+  WriteRandomNpy(dir_->File("rt.npy"), {32, 4}, rng_);  // x's bytes, not its shape
   const double calls = Calls();
   const std::string y = dir_->File("never.npy");
   for (std::vector<std::string> args :
@@ -95,6 +115,7 @@ TEST_F(NormctlServerTest, ImpossibleOutputsAreRefusedBeforeTheCall) {
         {"normalize", "--op=layernorm", "extra"},
         {"normalize", "--op=layernorm", "--timeout_ms=0"},
         {"normalize", "--op=layernorm", "--timeout_ms=-5"},
+        {"normalize", "--op=layernorm", "--stream", "--residual=" + dir_->File("rt.npy")},
         {"backward", "--op=rmsnorm", "--grad=" + dir_->File("dy.npy"), "--dx_out=" + y,
          "--dbeta_out=" + y}}) {
     std::remove(y.c_str());

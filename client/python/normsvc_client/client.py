@@ -33,6 +33,20 @@ def _op(op):
         raise ValueError(f"unknown op {op!r}; use layernorm or rmsnorm") from None
 
 
+def _statistics_tensor(values, x, name):
+    """Saved mean or rstd as the server takes them: fp32 of x's shape without
+    its last axis, so a 1-D x's statistic is a scalar (shape [], as
+    normalize returns it). Any array of that many values is accepted;
+    another count raises ValueError."""
+    shape = np.shape(x)[:-1]
+    values = np.asarray(values, dtype=np.float32)
+    if values.size != int(np.prod(shape, dtype=np.int64)):
+        raise ValueError(f"{name} has {values.size} values; x of shape {np.shape(x)} "
+                         f"has {int(np.prod(shape, dtype=np.int64))} rows")
+    data = np.ascontiguousarray(values.reshape(shape), dtype="<f4").tobytes()
+    return pb.Tensor(dtype=pb.FP32, shape=list(shape), data=data)
+
+
 def default_target():
     """$NORMSVC_TARGET, else 127.0.0.1:50051."""
     return os.environ.get("NORMSVC_TARGET") or "127.0.0.1:50051"
@@ -79,11 +93,14 @@ class Client:
     system roots. token: bearer token for servers started with
     --auth_token_file, sent with every call (without TLS it crosses the
     network readable). options: extra grpc channel arguments.
+    max_message_bytes: the largest message sent or received (-1, the
+    default: no limit here; the server's --max_receive_message_bytes still
+    bounds requests).
     """
 
     def __init__(self, target=None, *, timeout=30.0, tls=False, root_certificates=None,
                  private_key=None, certificate_chain=None, token=None, options=None,
-                 max_message_bytes=512 << 20):
+                 max_message_bytes=-1):
         self.target = target or default_target()
         self.timeout = timeout
         channel_options = [("grpc.max_receive_message_length", max_message_bytes),
@@ -187,7 +204,8 @@ class Client:
         Returns the output array, or a NormalizeResult(output, residual_sum,
         mean, rstd) when return_residual_sum or return_statistics is set.
         dtype: wire dtype of x ("fp32", "fp16", "bf16", NumPy's float32 or
-        float16 dtype, or a pb.DType value; default from x: float16 -> fp16, else fp32;
+        float16 dtype, or a pb.DType value; default from x: float16 -> fp16,
+        ml_dtypes.bfloat16 -> bf16, else fp32;
         "bf16" rounds x to bf16); x must hold real numbers (floating point
         or integer), else ValueError. gamma/beta are sent inline (in dtype
         when it is given, else float16 as fp16 and anything else as fp32),
@@ -210,9 +228,9 @@ class Client:
         if parameters is not None:
             request.parameters.CopyFrom(parameters)
         if mean is not None:
-            request.mean.CopyFrom(to_tensor(mean, pb.FP32))
+            request.mean.CopyFrom(_statistics_tensor(mean, x, "mean"))
         if rstd is not None:
-            request.rstd.CopyFrom(to_tensor(rstd, pb.FP32))
+            request.rstd.CopyFrom(_statistics_tensor(rstd, x, "rstd"))
         response = self._call(self._stub.NormalizeBackward, request, timeout)
         return BackwardResult(
             from_tensor(response.grad_input),

@@ -64,7 +64,9 @@ def to_tensor(array, dtype=None):
     if array.ndim == 0:
         array = array.reshape(1)
     if dtype is None:
-        if array.dtype == np.float16:
+        # Any byte order: '>f2' is not np.float16 but is sent as fp16 (re-encoded
+        # little-endian below).
+        if array.dtype.kind == "f" and array.dtype.itemsize == 2:
             dtype = pb.FP16
         elif _is_ml_bfloat16(array):
             dtype = pb.BF16

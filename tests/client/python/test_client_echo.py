@@ -122,3 +122,13 @@ def test_numpy_dtypes_name_the_wire_dtype(client, rng):
     np.testing.assert_array_equal(y, x.astype(np.float32))
     with pytest.raises(ValueError):
         client.normalize(x, dtype=np.int8)
+
+
+def test_big_endian_float16_is_sent_as_fp16(client, rng):
+    x = rng.normal(0.0, 3.0, size=(2, 24)).astype(">f2")
+    request = client.normalize_request(x)
+    assert request.input.dtype == tensors.pb.FP16
+    assert len(request.input.data) == x.size * 2
+    y = client.normalize(x)  # the echo returns the input's bytes
+    assert y.dtype == np.float16
+    np.testing.assert_array_equal(y, x.astype(np.float16))

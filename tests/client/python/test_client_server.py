@@ -93,6 +93,23 @@ def test_backward(client, rng, op):
         np.testing.assert_allclose(result.grad_beta, dyd.sum(0), rtol=1e-5, atol=1e-5)
 
 
+def test_statistics_of_a_vector_are_scalars_and_feed_the_backward(client, rng):
+    x = rng.normal(0.7, 2.0, size=200).astype(np.float32)
+    dy = rng.normal(0.0, 1.0, size=x.shape).astype(np.float32)
+    result = client.normalize(x, return_statistics=True)
+    _, mean, rstd = layer_norm64(x, 1.0, 0.0, 1e-5)
+    assert result.mean.shape == () and result.rstd.shape == ()
+    np.testing.assert_allclose(result.rstd, rstd, rtol=1e-6)
+    xhat = (x.astype(np.float64) - mean) * rstd
+    dyd = dy.astype(np.float64)
+    want = (dyd - dyd.mean() - (dyd * xhat).mean() * xhat) * rstd
+    for mean_in, rstd_in in ((result.mean, result.rstd), (float(result.mean), [result.rstd])):
+        grads = client.normalize_backward(x, dy, mean=mean_in, rstd=rstd_in)
+        np.testing.assert_allclose(grads.grad_input, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="rstd has 2 values"):
+        client.normalize_backward(x, dy, mean=result.mean, rstd=[1.0, 2.0])
+
+
 def test_registered_parameters_and_stream(client, rng):
     name = f"pytest-{rng.integers(1 << 30)}"
     g = rng.normal(1.0, 0.3, size=64).astype(np.float32)
