@@ -2,13 +2,17 @@
 
 namespace normsvc::cli {
 
-absl::StatusOr<client::ChannelOptions> ChannelOptionsFromArgs(Args& args) {
+absl::StatusOr<client::ChannelOptions> ChannelOptionsFromArgs(Args& args, bool read_retries) {
   client::ChannelOptions options;
   options.target = args.GetString("target", client::DefaultTarget());
   options.load_balancing_policy = args.GetString("lb", "pick_first");
-  absl::StatusOr<int64_t> retries = args.GetInt("retries", options.retry_max_attempts);
-  if (!retries.ok()) return retries.status();
-  options.retry_max_attempts = static_cast<int>(*retries);
+  if (read_retries) {
+    absl::StatusOr<int64_t> retries = args.GetInt("retries", options.retry_max_attempts);
+    if (!retries.ok()) return retries.status();
+    options.retry_max_attempts = static_cast<int>(*retries);
+  } else {
+    options.retry_max_attempts = 1;
+  }
   absl::StatusOr<int64_t> keepalive = args.GetInt("keepalive_ms", 0);
   if (!keepalive.ok()) return keepalive.status();
   options.keepalive_time_ms = static_cast<int>(*keepalive);

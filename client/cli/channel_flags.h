@@ -13,7 +13,6 @@ inline constexpr char kChannelFlagsHelp[] =
                             "dns:///name:port" with --lb round_robin spreads calls
                             over every address the name resolves to
   --lb pick_first|round_robin   load-balancing policy (default pick_first)
-  --retries N               attempts per call on UNAVAILABLE (default 3; 1 = none)
   --keepalive_ms MS         client keepalive ping interval (default 0 = off)
   --tls                     use TLS (also implied by any --tls_* file flag)
   --tls_ca_file PEM         CA certificates that verify the server (default: system roots)
@@ -25,7 +24,15 @@ inline constexpr char kChannelFlagsHelp[] =
                             without TLS it crosses the network readable
 )";
 
-// Reads the flags above (the caller has parsed `args`).
-absl::StatusOr<client::ChannelOptions> ChannelOptionsFromArgs(Args& args);
+// --retries, for tools that retry (normctl; normload counts every failure
+// instead and refuses the flag).
+inline constexpr char kRetriesFlagHelp[] =
+    R"(  --retries N               attempts per call on UNAVAILABLE (default 3; 1 = none)
+)";
+
+// Reads the flags above (the caller has parsed `args`), and --retries when
+// `read_retries` (otherwise the channel makes one attempt a call and a
+// --retries left in `args` is unused, so CheckAllUsed refuses it).
+absl::StatusOr<client::ChannelOptions> ChannelOptionsFromArgs(Args& args, bool read_retries);
 
 }  // namespace normsvc::cli

@@ -40,11 +40,15 @@ class Engine : public StreamSink {
 
   void OnUnaryDone(Slot* slot, const grpc::Status& status);
   void OnStreamResponse(const v1::NormalizeStreamResponse& response) override;
-  void OnStreamEnded(StreamConnection* stream, const grpc::Status& status) override;
+  void OnStreamEnded(StreamConnection* stream, const grpc::Status& status,
+                     const std::vector<Slot*>& unsent) override;
 
  private:
   void Issue(Slot* slot);  // closed loop: next request of a slot, or retire it
   void Start(Slot* slot);  // picks a kind and sends; slot->start is set
+  // Queues the slot's stream_request on its stream; fails it when no
+  // stream takes it.
+  void SendOnStream(Slot* slot);
   void Complete(Slot* slot, int method, grpc::StatusCode code, const std::string& message,
                 uint64_t bytes_received, const std::string& verify_error);
   // A slot's request is answered (or failed): counts it out of in_flight_
@@ -116,7 +120,8 @@ Engine::Engine(const EngineOptions& options, const std::vector<PreparedKind>& ki
   if (any_stream) {
     std::vector<v1::Normalizer::Stub*> stubs;
     for (auto& stub : stubs_) stubs.push_back(stub.get());
-    streams_ = std::make_unique<StreamPool>(this, stubs, std::max(1, options_.streams_per_channel));
+    streams_ = std::make_unique<StreamPool>(this, stubs, std::max(1, options_.streams_per_channel),
+                                            std::chrono::milliseconds(options_.stream_rotate_ms));
   }
 }
 
@@ -146,20 +151,7 @@ void Engine::Start(Slot* slot) {
       slot->cached_variant = slot->variant;
     }
     slot->stream_request.set_request_id(static_cast<uint64_t>(slot->index));
-    const int per_channel = std::max(1, options_.streams_per_channel);
-    const int stream =
-        slot->channel * per_channel + slot->index / static_cast<int>(stubs_.size()) % per_channel;
-    slot->handoff.fetch_add(1, std::memory_order_release);  // see Slot::handoff
-    if (!streams_->Send(stream, slot, /*may_reopen=*/Clock::now() < end_)) {
-      Complete(slot, kMethodNormalizeStream, grpc::StatusCode::UNAVAILABLE, "stream ended", 0, "");
-      // A broken stream takes its slots out of the loop instead of spinning.
-      if (options_.mode == LoopMode::kClosed) {
-        in_flight_.fetch_sub(1);
-        retired_.fetch_add(1);  // the last touch: Run() may end after it
-      } else {
-        Answered(slot);
-      }
-    }
+    SendOnStream(slot);
     return;
   }
   slot->context.emplace();
@@ -173,6 +165,23 @@ void Engine::Start(Slot* slot) {
   } else {
     async->NormalizeBackward(&*slot->context, &variant.backward, &slot->backward_response,
                              [this, slot](grpc::Status status) { OnUnaryDone(slot, status); });
+  }
+}
+
+void Engine::SendOnStream(Slot* slot) {
+  const int per_channel = std::max(1, options_.streams_per_channel);
+  const int stream =
+      slot->channel * per_channel + slot->index / static_cast<int>(stubs_.size()) % per_channel;
+  slot->handoff.fetch_add(1, std::memory_order_release);  // see Slot::handoff
+  if (!streams_->Send(stream, slot, /*may_reopen=*/Clock::now() < end_)) {
+    Complete(slot, kMethodNormalizeStream, grpc::StatusCode::UNAVAILABLE, "stream ended", 0, "");
+    // A broken stream takes its slots out of the loop instead of spinning.
+    if (options_.mode == LoopMode::kClosed) {
+      in_flight_.fetch_sub(1);
+      retired_.fetch_add(1);  // the last touch: Run() may end after it
+    } else {
+      Answered(slot);
+    }
   }
 }
 
@@ -226,7 +235,16 @@ void Engine::OnStreamResponse(const v1::NormalizeStreamResponse& response) {
   Answered(slot);
 }
 
-void Engine::OnStreamEnded(StreamConnection* stream, const grpc::Status& status) {
+void Engine::OnStreamEnded(StreamConnection* stream, const grpc::Status& status,
+                           const std::vector<Slot*>& unsent) {
+  // Requests never written go out again on the stream's replacement (their
+  // latency counts from the first send); after the run's end, or when no
+  // stream takes them, they fail as SendOnStream says.
+  for (Slot* slot : unsent) {
+    slot->handoff.load(std::memory_order_acquire);  // see Slot::handoff
+    slot->stream.store(nullptr, std::memory_order_relaxed);
+    SendOnStream(slot);
+  }
   // Requests still waiting on this stream will never be answered.
   for (auto& slot : slots_) {
     if (slot->stream.load(std::memory_order_acquire) != stream) continue;
@@ -439,6 +457,7 @@ RunResult Engine::Run() {
   if (streams_) {
     streams_->CloseAll(std::chrono::milliseconds(2000));
     result.streams_reopened = streams_->reopened();
+    result.streams_rotated = streams_->rotated();
     result.streams_lost = streams_->lost();
   }
   result.warmup = warmup_.Take();

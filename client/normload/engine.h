@@ -33,11 +33,12 @@ enum class LoopMode { kClosed, kOpen };
 
 struct EngineOptions {
   LoopMode mode = LoopMode::kClosed;
-  int concurrency = 64;         // closed loop: requests in flight
-  double rate = 1000;           // open loop: requests per second
-  int max_in_flight = 4096;     // open loop: in-flight cap (then sends wait)
-  int sender_threads = 2;       // open loop: threads scheduling arrivals
-  int streams_per_channel = 1;  // NormalizeStream calls per channel (stream kinds)
+  int concurrency = 64;              // closed loop: requests in flight
+  double rate = 1000;                // open loop: requests per second
+  int max_in_flight = 4096;          // open loop: in-flight cap (then sends wait)
+  int sender_threads = 2;            // open loop: threads scheduling arrivals
+  int streams_per_channel = 1;       // NormalizeStream calls per channel (stream kinds)
+  int64_t stream_rotate_ms = 10000;  // a stream this old is replaced (StreamPool); 0: never
   double warmup_s = 2;
   double duration_s = 10;
   int64_t deadline_ms = 10000;  // per unary call
@@ -83,6 +84,7 @@ struct RunResult {
   // was busy until the window closed.
   uint64_t not_sent = 0;
   uint64_t streams_reopened = 0;  // NormalizeStream calls replaced after they ended
+  uint64_t streams_rotated = 0;   // NormalizeStream calls retired at --stream_rotate_ms
   uint64_t streams_lost = 0;      // streams that ended and could not be replaced
   uint64_t abandoned = 0;         // requests cancelled after the drain timeout
   std::string first_verify_failure;

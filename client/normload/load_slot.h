@@ -90,8 +90,11 @@ class StreamSink {
  public:
   virtual ~StreamSink() = default;
   virtual void OnStreamResponse(const v1::NormalizeStreamResponse& response) = 0;
-  // The stream ended; requests still queued or unanswered on it never will be.
-  virtual void OnStreamEnded(StreamConnection* stream, const grpc::Status& status) = 0;
+  // The stream ended. `unsent`: its slots whose requests were never written
+  // (the server never saw them; they may go out again on another stream);
+  // the other slots still waiting on it will never be answered.
+  virtual void OnStreamEnded(StreamConnection* stream, const grpc::Status& status,
+                             const std::vector<Slot*>& unsent) = 0;
 };
 
 // One NormalizeStream call shared by many slots: requests are written one
@@ -105,7 +108,8 @@ class StreamSink {
 class StreamConnection
     : public grpc::ClientBidiReactor<v1::NormalizeRequest, v1::NormalizeStreamResponse> {
  public:
-  StreamConnection(StreamSink* sink, v1::Normalizer::Stub* stub) : sink_(sink) {
+  StreamConnection(StreamSink* sink, v1::Normalizer::Stub* stub)
+      : sink_(sink), opened_(Clock::now()) {
     stub->async()->NormalizeStream(&context_, this);
     AddHold();  // released by ReleaseHoldLocked
     StartRead(&response_);
@@ -122,18 +126,18 @@ class StreamConnection
     return true;
   }
 
-  // Half-closes once queued writes are out, then waits for the end.
+  // Takes no more requests and half-closes once the queued ones are
+  // written; the server answers what it read, then ends the call. Does not
+  // wait (call it with no lock held: the call may end inside it).
+  void Retire() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    RetireLocked(lock);
+  }
+
+  // Retire, then waits for the end.
   void Close(std::chrono::milliseconds cancel_after) {
     std::unique_lock<std::mutex> lock(mutex_);
-    closing_ = true;
-    if (!writing_) {
-      StartNextLocked();
-      if ((writes_done_ || broken_) && ReleaseHoldLocked()) {
-        lock.unlock();
-        RemoveHold();
-        lock.lock();
-      }
-    }
+    RetireLocked(lock);
     // Waits for OnDone to be finished with this object, not only for done_
     // (set before it tells the sink): the caller destroys the stream next.
     if (!done_cv_.wait_for(lock, cancel_after, [this] { return ended_; })) {
@@ -144,6 +148,7 @@ class StreamConnection
   void Cancel() { context_.TryCancel(); }
   // True once a response has come back on this stream.
   bool answered() const { return answered_.load(std::memory_order_relaxed); }
+  Clock::time_point opened() const { return opened_; }
 
   void OnWriteDone(bool ok) override {
     bool release = false;
@@ -175,6 +180,16 @@ class StreamConnection
       StartWritesDone();
     }
   }
+  void RetireLocked(std::unique_lock<std::mutex>& lock) {
+    closing_ = true;
+    if (writing_) return;  // OnWriteDone half-closes after the last write
+    StartNextLocked();
+    if ((writes_done_ || broken_) && ReleaseHoldLocked()) {
+      lock.unlock();
+      RemoveHold();
+      lock.lock();
+    }
+  }
   // True once: the caller then calls RemoveHold() outside the mutex.
   bool ReleaseHoldLocked() {
     if (hold_released_) return false;
@@ -183,6 +198,7 @@ class StreamConnection
   }
 
   StreamSink* sink_;
+  const Clock::time_point opened_;
   grpc::ClientContext context_;
   v1::NormalizeStreamResponse response_;
   std::mutex mutex_;
@@ -203,33 +219,45 @@ class StreamConnection
 // the connection broke) is replaced by a new call on the same channel when a
 // request is sent to it, as long as the run allows it; after
 // kMaxFailedReopens replacements in a row that answered nothing, that
-// stream stays closed and its requests fail.
+// stream stays closed and its requests fail. With `rotate_after` > 0, a
+// stream that old is retired when a request is sent to it (it takes no
+// more, half-closes and is answered to the end) and a new call takes the
+// request: a server's maximum connection age then ends no stream with
+// requests in flight, as long as its grace period is longer than that.
 class StreamPool {
  public:
   static constexpr int kMaxFailedReopens = 3;
 
-  StreamPool(StreamSink* sink, const std::vector<v1::Normalizer::Stub*>& stubs, int per_channel);
+  StreamPool(StreamSink* sink, const std::vector<v1::Normalizer::Stub*>& stubs, int per_channel,
+             Clock::duration rotate_after);
   ~StreamPool();
 
-  // Queues the slot on stream `index`, replacing an ended stream first when
-  // `may_reopen`. False when no open stream took it.
+  // Queues the slot on stream `index`, replacing an ended (or, when
+  // rotating, old) stream first when `may_reopen`. False when no open
+  // stream took it. Call with no stream's lock held.
   bool Send(int index, Slot* slot, bool may_reopen);
   void CancelAll();
   // Closes every stream ever opened (StreamConnection::Close).
   void CloseAll(std::chrono::milliseconds cancel_after);
   uint64_t reopened() const { return reopened_.load(); }
+  uint64_t rotated() const { return rotated_.load(); }
   // Streams that ended and could not be replaced (run shortened for them).
   uint64_t lost() const { return lost_.load(); }
 
  private:
+  // Replaces `old`, the current stream at `index`, by a new call and
+  // retires it (unless another thread replaced it first).
+  void Rotate(int index, StreamConnection* old);
+
   StreamSink* sink_;
+  const Clock::duration rotate_after_;
   std::vector<v1::Normalizer::Stub*> stubs_;  // one per stream index
   std::vector<std::atomic<StreamConnection*>> current_;
   std::mutex mutex_;  // guards all_, failed_reopens_, given_up_
   std::vector<std::unique_ptr<StreamConnection>> all_;
   std::vector<int> failed_reopens_;
   std::vector<bool> given_up_;
-  std::atomic<uint64_t> reopened_{0}, lost_{0};
+  std::atomic<uint64_t> reopened_{0}, lost_{0}, rotated_{0};
 };
 
 }  // namespace normsvc::normload

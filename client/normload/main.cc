@@ -40,6 +40,10 @@ load:
   --streams_per_channel S NormalizeStream calls per channel for transport=stream kinds (default 1);
                           a stream the server ends is reopened (not after 3 in a
                           row that answered nothing)
+  --stream_rotate_ms MS   a stream this old takes no more requests: a new call takes
+                          them, the old one is answered to the end and closed, so a
+                          server's max connection age with a longer grace period
+                          cuts off nothing in flight (default 10000; 0 = never)
   --warmup_s S            warm-up before measuring (default 2)
   --duration_s S          measurement (default 10)
   --deadline_ms MS        deadline of each unary call (default 10000)
@@ -120,6 +124,7 @@ absl::Status ReadFlags(cli::Args& args, Flags* flags) {
         get_int("max_in_flight", 4096, &e.max_in_flight),
         get_int("sender_threads", 2, &e.sender_threads), get_int("channels", 4, &flags->channels),
         get_int("streams_per_channel", 1, &e.streams_per_channel),
+        get_int("stream_rotate_ms", 10000, &e.stream_rotate_ms),
         get_int("deadline_ms", 10000, &e.deadline_ms), get_int("variants", 4, &flags->variants),
         get_int("seed", static_cast<int64_t>(std::time(nullptr)), &e.seed),
         get_double("warmup_s", 2, &e.warmup_s), get_double("duration_s", 10, &e.duration_s),
@@ -150,6 +155,7 @@ absl::Status ReadFlags(cli::Args& args, Flags* flags) {
       e.streams_per_channel < 1 || e.sender_threads < 1) {
     return absl::InvalidArgumentError("counts must be >= 1");
   }
+  if (e.stream_rotate_ms < 0) return absl::InvalidArgumentError("--stream_rotate_ms must be >= 0");
   if (!(e.duration_s > 0) || e.warmup_s < 0) return absl::InvalidArgumentError("bad duration");
   if (!flags->mix.empty() && !flags->scenario.empty()) {
     return absl::InvalidArgumentError("give --mix or --scenario, not both");
@@ -282,7 +288,8 @@ int Main(int argc, char** argv) {
   }
   Flags flags;
   if (absl::Status status = ReadFlags(args, &flags); !status.ok()) return Usage(status);
-  absl::StatusOr<client::ChannelOptions> channel_options = cli::ChannelOptionsFromArgs(args);
+  absl::StatusOr<client::ChannelOptions> channel_options =
+      cli::ChannelOptionsFromArgs(args, /*read_retries=*/false);
   if (!channel_options.ok()) return Usage(channel_options.status());
   if (absl::Status status = args.CheckAllUsed(); !status.ok()) return Usage(status);
 
@@ -300,7 +307,6 @@ int Main(int argc, char** argv) {
     client::ChannelOptions options = *channel_options;
     options.target = targets[i % targets.size()];
     options.dedicated_connection = true;
-    options.retry_max_attempts = 1;  // a load generator counts failures instead of hiding them
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = client::MakeChannel(options);
     if (!channel.ok()) return Usage(channel.status());
     channels.push_back(*channel);

@@ -81,6 +81,7 @@ std::string RunToJson(const RunDescription& d, const RunResult& r) {
       ", \"concurrency\": ", open ? d.engine.max_in_flight : d.engine.concurrency,
       ", \"rate\": ", open ? Number(d.engine.rate) : "null", ", \"channels\": ", d.channels,
       ", \"streams_per_channel\": ", d.engine.streams_per_channel,
+      ", \"stream_rotate_ms\": ", d.engine.stream_rotate_ms,
       ", \"warmup_s\": ", Number(d.engine.warmup_s),
       ", \"duration_s\": ", Number(d.engine.duration_s),
       ", \"deadline_ms\": ", d.engine.deadline_ms, ", \"seed\": ", d.engine.seed,
@@ -96,7 +97,8 @@ std::string RunToJson(const RunDescription& d, const RunResult& r) {
       "}, \"open_loop\": {\"max_send_lag_ms\": ", Number(r.max_send_lag_s * 1e3),
       ", \"late_sends\": ", r.late_sends, ", \"not_sent\": ", r.not_sent,
       "}, \"streams\": {\"reopened\": ", r.streams_reopened, ", \"lost\": ", r.streams_lost,
-      "}, \"abandoned\": ", r.abandoned, ", \"first_error\": ", Quote(r.first_error),
+      ", \"rotated\": ", r.streams_rotated, "}, \"abandoned\": ", r.abandoned,
+      ", \"first_error\": ", Quote(r.first_error),
       ", \"first_verify_failure\": ", Quote(r.first_verify_failure), "}");
 }
 
@@ -145,10 +147,13 @@ void PrintReport(std::FILE* out, const RunDescription& d, const RunResult& r) {
                    static_cast<unsigned long long>(r.not_sent), d.engine.max_in_flight);
     }
   }
-  if (r.streams_reopened + r.streams_lost > 0) {
-    std::fprintf(out, "streams     %llu reopened after they ended, %llu could not be\n",
+  if (r.streams_reopened + r.streams_lost + r.streams_rotated > 0) {
+    std::fprintf(out,
+                 "streams     %llu reopened after they ended, %llu could not be, %llu retired "
+                 "by age\n",
                  static_cast<unsigned long long>(r.streams_reopened),
-                 static_cast<unsigned long long>(r.streams_lost));
+                 static_cast<unsigned long long>(r.streams_lost),
+                 static_cast<unsigned long long>(r.streams_rotated));
   }
   if (r.abandoned > 0) {
     std::fprintf(out, "abandoned   %llu requests unanswered after the deadline\n",

@@ -3,14 +3,17 @@
 // JSON (schema "normload/v1"), one object per run:
 //   schema, target, mode ("closed"|"open"), concurrency (closed loop: requests
 //   in flight; open loop: the in-flight cap), rate (req/s, open loop, else
-//   null), channels, streams_per_channel, warmup_s, duration_s, deadline_ms,
+//   null), channels, streams_per_channel, stream_rotate_ms, warmup_s,
+//   duration_s, deadline_ms,
 //   seed, echo, verify, server {backend, version}, mix [kind strings],
 //   measured PHASE, warmup PHASE,
 //   totals {ok, errors, by_method {Normalize|NormalizeStream|NormalizeBackward:
-//           {ok, errors}}}   (warm-up + measurement: what the server counted),
+//           {ok, errors}}}   (warm-up + measurement: what the server counted,
+//           unless a call was cut off after the server answered it),
 //   open_loop {max_send_lag_ms, late_sends, not_sent (arrivals never sent:
 //   every slot was busy until the window closed)},
-//   streams {reopened, lost}, abandoned, first_error ("CODE_NAME: message"),
+//   streams {reopened, lost, rotated (retired at --stream_rotate_ms)},
+//   abandoned, first_error ("CODE_NAME: message"),
 //   first_verify_failure
 // PHASE: requests, ok, errors, errors_by_code {CODE_NAME: n}, rows,
 //   bytes_sent, bytes_received, seconds (measured: the window's start to the

@@ -21,19 +21,30 @@ void StreamConnection::OnReadDone(bool ok) {
 }
 
 void StreamConnection::OnDone(const grpc::Status& status) {
+  std::vector<Slot*> unsent;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     done_ = true;
+    // The pool keeps every stream until the run ends (a sender may still
+    // hold a pointer to one it replaced); an ended one keeps no response.
+    v1::NormalizeStreamResponse().Swap(&response_);
+    // The front of the queue is being written while writing_: whether the
+    // server read it is unknown. The rest were never started.
+    unsent.assign(queue_.begin() + (writing_ && !queue_.empty() ? 1 : 0), queue_.end());
+    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(queue_.size() - unsent.size()),
+                 queue_.end());
   }
-  sink_->OnStreamEnded(this, status);
+  sink_->OnStreamEnded(this, status, unsent);
   std::lock_guard<std::mutex> lock(mutex_);
   ended_ = true;
   done_cv_.notify_all();
 }
 
 StreamPool::StreamPool(StreamSink* sink, const std::vector<v1::Normalizer::Stub*>& stubs,
-                       int per_channel)
-    : sink_(sink), current_(stubs.size() * static_cast<size_t>(per_channel)) {
+                       int per_channel, Clock::duration rotate_after)
+    : sink_(sink),
+      rotate_after_(rotate_after),
+      current_(stubs.size() * static_cast<size_t>(per_channel)) {
   for (v1::Normalizer::Stub* stub : stubs) {
     for (int s = 0; s < per_channel; ++s) {
       stubs_.push_back(stub);
@@ -49,6 +60,11 @@ StreamPool::~StreamPool() { CloseAll(std::chrono::milliseconds(2000)); }
 
 bool StreamPool::Send(int index, Slot* slot, bool may_reopen) {
   StreamConnection* stream = current_[index].load(std::memory_order_acquire);
+  if (may_reopen && rotate_after_ > Clock::duration::zero() &&
+      Clock::now() - stream->opened() >= rotate_after_) {
+    Rotate(index, stream);
+    stream = current_[index].load(std::memory_order_acquire);
+  }
   if (stream->Send(slot)) return true;
   if (!may_reopen) return false;
   {
@@ -67,6 +83,17 @@ bool StreamPool::Send(int index, Slot* slot, bool may_reopen) {
     stream = current_[index].load(std::memory_order_relaxed);
   }
   return stream->Send(slot);
+}
+
+void StreamPool::Rotate(int index, StreamConnection* old) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (current_[index].load(std::memory_order_relaxed) != old) return;
+    all_.push_back(std::make_unique<StreamConnection>(sink_, stubs_[index]));
+    current_[index].store(all_.back().get(), std::memory_order_release);
+    rotated_.fetch_add(1);
+  }
+  old->Retire();  // outside the lock: the call may end inside it
 }
 
 void StreamPool::CancelAll() {

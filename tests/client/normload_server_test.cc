@@ -194,6 +194,29 @@ TEST(NormloadServerTest, StreamsTheServerClosesAreReopened) {
   EXPECT_GT(last_rate, 0) << run.err;
 }
 
+// Streams retired by age (--stream_rotate_ms) are answered to the end before
+// the server's grace period after its maximum connection age runs out: no
+// request in flight is cut off, so the run has no error at all (a stream
+// kept open would be cut off at about 0.9 s with requests in flight).
+TEST(NormloadServerTest, StreamsRetiredByAgeLoseNothingToConnectionAge) {
+  TempDir dir;
+  NormsvcServer server(dir, "normsvc",
+                       {"--max_connection_age_ms=300", "--max_connection_age_grace_ms=600"});
+  ASSERT_TRUE(server.ready()) << server.Log();
+  const CommandResult run =
+      RunCommand({kNormload, "--target=" + server.target(), "--concurrency=4", "--channels=1",
+                  "--warmup_s=0", "--duration_s=2", "--stream_rotate_ms=150", "--max_error_rate=0",
+                  "--json=" + dir.File("rotate.json"), "--mix=rows=2,hidden=256,transport=stream"});
+  EXPECT_EQ(run.exit_code, 0) << run.err << run.out;
+  const google::protobuf::Struct json = ParseJson(ReadFile(dir.File("rotate.json")));
+  EXPECT_EQ(Number(json, {"totals", "errors"}), 0) << run.out;
+  EXPECT_GE(Number(json, {"streams", "rotated"}), 5) << run.out;
+  EXPECT_EQ(Number(json, {"streams", "lost"}), 0);
+  const double client_ok = Number(json, {"totals", "by_method", "NormalizeStream", "ok"});
+  EXPECT_GT(client_ok, 0);
+  EXPECT_EQ(server.RequestsTotal({"method=\"NormalizeStream\"", kOk}), client_ok);
+}
+
 // Flags are checked before normload connects (no server on the target), and
 // a run whose parameter sets cannot all be registered leaves none behind.
 TEST(NormloadServerTest, FlagsAreCheckedFirstAndSetsAreAlwaysDeleted) {
@@ -202,11 +225,16 @@ TEST(NormloadServerTest, FlagsAreCheckedFirstAndSetsAreAlwaysDeleted) {
                                          {"--sweep=concurrency=1.5"},
                                          {"--sweep=rate="},
                                          {"--plot=p.png"},
-                                         {"--csv=p.csv"}}) {
+                                         {"--csv=p.csv"},
+                                         {"--stream_rotate_ms=-1"},
+                                         {"--retries=5"}}) {  // normctl's, not normload's
     flags.insert(flags.begin(), {kNormload, nowhere, "--mix=params=registered"});
     const auto start = std::chrono::steady_clock::now();
     const CommandResult run = RunCommand(flags, std::chrono::seconds(30));
     EXPECT_EQ(run.exit_code, 2) << flags.back() << ": " << run.err;
+    if (flags.back() == "--retries=5") {
+      EXPECT_NE(run.err.find("retries"), std::string::npos) << run.err;
+    }
     EXPECT_LT(Seconds(start), 10.0) << flags.back();  // no connection attempt, even in ASan
   }
   TempDir dir;
