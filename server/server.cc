@@ -433,16 +433,19 @@ bool Server::Stop() {
   //    clean UNAVAILABLE from the handlers meanwhile and can go elsewhere.
   absl::SleepFor(std::min(absl::Milliseconds(options_.drain_grace_ms), deadline - absl::Now()));
   // 5. Shut gRPC down: stop listening; wait for calls to finish (streams end
-  //    as they go idle); calls still open at the deadline are cancelled. The
-  //    workers still run, so cancelled tasks still get finished. Then the
-  //    health port (it answered NOT_SERVING since step 1).
+  //    as they go idle); calls still open at the deadline are cancelled, and
+  //    gRPC then waits for each to finish. The workers still run, so
+  //    cancelled tasks still get finished; a task in a batch hung on a
+  //    device never is, and then Shutdown does not return (StopWatchdog
+  //    ends the process). Then the health port (it answered NOT_SERVING
+  //    since step 1).
   if (grpc_server_ != nullptr) {
     grpc_server_->Shutdown(absl::ToChronoTime(std::max(deadline, absl::Now() + absl::Seconds(1))));
   }
   if (health_server_ != nullptr) health_server_->Shutdown(absl::ToChronoTime(absl::Now()));
   //    gRPC may run a stream's OnDone after its Shutdown returned: wait for
-  //    the last one before anything a stream uses is freed (a few seconds at
-  //    most: gRPC has cancelled whatever was still open).
+  //    the last one before anything a stream uses is freed (bounded: gRPC
+  //    has cancelled whatever was still open).
   const absl::Time streams_deadline = absl::Now() + absl::Seconds(5);
   if (streams_ != nullptr && !streams_->WaitUntilEmpty(streams_deadline)) {
     Log(LogLevel::kWarning, streams_->size(), " NormalizeStream calls still open after shutdown");
