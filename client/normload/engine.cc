@@ -238,8 +238,9 @@ void Engine::OnStreamResponse(const v1::NormalizeStreamResponse& response) {
 void Engine::OnStreamEnded(StreamConnection* stream, const grpc::Status& status,
                            const std::vector<Slot*>& unsent) {
   // Requests never written go out again on the stream's replacement (their
-  // latency counts from the first send); after the run's end, or when no
-  // stream takes them, they fail as SendOnStream says.
+  // latency counts from the first send); after the run's end only on a
+  // stream still open, and when no stream takes them, they fail as
+  // SendOnStream says.
   for (Slot* slot : unsent) {
     slot->handoff.load(std::memory_order_acquire);  // see Slot::handoff
     slot->stream.store(nullptr, std::memory_order_relaxed);

@@ -149,6 +149,11 @@ class StreamConnection
   // True once a response has come back on this stream.
   bool answered() const { return answered_.load(std::memory_order_relaxed); }
   Clock::time_point opened() const { return opened_; }
+  // True while the stream takes requests (Send would queue one).
+  bool open() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !done_ && !broken_ && !closing_;
+  }
 
   void OnWriteDone(bool ok) override {
     bool release = false;
@@ -219,11 +224,13 @@ class StreamConnection
 // the connection broke) is replaced by a new call on the same channel when a
 // request is sent to it, as long as the run allows it; after
 // kMaxFailedReopens replacements in a row that answered nothing, that
-// stream stays closed and its requests fail. With `rotate_after` > 0, a
-// stream that old is retired when a request is sent to it (it takes no
-// more, half-closes and is answered to the end) and a new call takes the
+// stream stays closed and its requests fail. With `rotate_after` > 0, an
+// open stream that old is retired when a request is sent to it (it takes
+// no more, half-closes and is answered to the end) and a new call takes the
 // request: a server's maximum connection age then ends no stream with
-// requests in flight, as long as its grace period is longer than that.
+// requests in flight, as long as its grace period is longer than that and
+// requests keep coming (a stream is only retired by a send). Every stream
+// is kept until CloseAll: a sender may still hold one it loaded.
 class StreamPool {
  public:
   static constexpr int kMaxFailedReopens = 3;

@@ -28,11 +28,10 @@ void StreamConnection::OnDone(const grpc::Status& status) {
     // The pool keeps every stream until the run ends (a sender may still
     // hold a pointer to one it replaced); an ended one keeps no response.
     v1::NormalizeStreamResponse().Swap(&response_);
-    // The front of the queue is being written while writing_: whether the
-    // server read it is unknown. The rest were never started.
-    unsent.assign(queue_.begin() + (writing_ && !queue_.empty() ? 1 : 0), queue_.end());
-    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(queue_.size() - unsent.size()),
-                 queue_.end());
+    // gRPC ends the call only after every write's OnWriteDone, which takes
+    // the written slot off the queue: what is left was never written.
+    unsent.assign(queue_.begin(), queue_.end());
+    queue_.clear();
   }
   sink_->OnStreamEnded(this, status, unsent);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -60,13 +59,19 @@ StreamPool::~StreamPool() { CloseAll(std::chrono::milliseconds(2000)); }
 
 bool StreamPool::Send(int index, Slot* slot, bool may_reopen) {
   StreamConnection* stream = current_[index].load(std::memory_order_acquire);
+  // Only a stream still open is rotated; one that has ended takes the
+  // reopening path below, which counts its failures and gives up.
   if (may_reopen && rotate_after_ > Clock::duration::zero() &&
-      Clock::now() - stream->opened() >= rotate_after_) {
+      Clock::now() - stream->opened() >= rotate_after_ && stream->open()) {
     Rotate(index, stream);
     stream = current_[index].load(std::memory_order_acquire);
   }
   if (stream->Send(slot)) return true;
-  if (!may_reopen) return false;
+  if (!may_reopen) {
+    // Another sender may have just replaced (retired) the stream loaded.
+    StreamConnection* current = current_[index].load(std::memory_order_acquire);
+    return current != stream && current->Send(slot);
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (current_[index].load(std::memory_order_relaxed) == stream) {

@@ -164,6 +164,24 @@ TEST_F(EchoToolsTest, NormloadSurvivesTheServerDying) {
   EXPECT_GT(Number(json, {"measured", "errors_by_code", "UNAVAILABLE"}), 0) << load.Log();
 }
 
+// Streams of a dead server are given up on (each reopened call answered
+// nothing) with streams retired by age every 50 ms as well: rotation
+// replaces only streams still open, and leaves the dead ones to the
+// reopening path that counts their failures.
+TEST_F(EchoToolsTest, NormloadGivesUpTheStreamsOfADeadServerWhileRotating) {
+  ChildProcess load({kNormload, "--target=" + server_->target(), "--concurrency=8", "--channels=2",
+                     "--warmup_s=0.2", "--duration_s=2", "--stream_rotate_ms=50", "--quiet",
+                     "--json=" + dir_.File("rotating.json"),
+                     "--mix=rows=2,hidden=256,transport=stream"},
+                    dir_.File("rotating.log"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  server_->Kill();
+  ASSERT_EQ(load.Wait(std::chrono::seconds(30)), 4) << load.Log();
+  const google::protobuf::Struct json = ParseJson(ReadFile(dir_.File("rotating.json")));
+  EXPECT_GT(Number(json, {"streams", "rotated"}), 0) << load.Log();
+  EXPECT_EQ(Number(json, {"streams", "lost"}), 2) << load.Log();  // both channels' streams
+}
+
 TEST_F(EchoToolsTest, NormloadSweepWritesCsvAndPlot) {
   CommandResult sweep =
       RunCommand({kNormload, "--target=" + server_->target(), "--sweep=concurrency=1,4",
