@@ -6,14 +6,15 @@
 # the shifting kernel (the anchor against round 38) and the staged kernel
 # at 2 and 3 stages; the bf16 segment tables once, at the end. Writes under
 # $1, packs it into $1.tgz. HIDDENS (default "2049 33"), TABLES=0 (no
-# segment tables) and SANITIZE=0 (no memcheck or racecheck) cut it further.
+# segment tables), SANITIZE=0 (no memcheck or racecheck) and TESTS=0 (no
+# kernels_gpu_test) cut it further.
 set -u
 out=${1:?usage: call_land_short.sh OUT_DIR [RUNS]}
 runs=${2:-2}
 source kernels/bench/device_call.sh
 call_begin "$out"
 bench=$bin/kernels/bench/norm_bench
-call_tests "$out" "${TEST_SECONDS:-200}"
+if [[ ${TESTS:-1} != 0 ]]; then call_tests "$out" "${TEST_SECONDS:-200}"; fi
 if [[ ${SANITIZE:-1} != 0 ]]; then
   call_sanitizers "$out" 'ForwardRealignStaged.Many*:ForwardRealignStaged.Groups*' "${SANITIZER_SECONDS:-50}"
 fi
