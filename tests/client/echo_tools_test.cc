@@ -169,11 +169,11 @@ TEST_F(EchoToolsTest, NormloadSurvivesTheServerDying) {
 // replaces only streams still open, and leaves the dead ones to the
 // reopening path that counts their failures.
 TEST_F(EchoToolsTest, NormloadGivesUpTheStreamsOfADeadServerWhileRotating) {
-  ChildProcess load({kNormload, "--target=" + server_->target(), "--concurrency=8", "--channels=2",
-                     "--warmup_s=0.2", "--duration_s=2", "--stream_rotate_ms=50", "--quiet",
-                     "--json=" + dir_.File("rotating.json"),
-                     "--mix=rows=2,hidden=256,transport=stream"},
-                    dir_.File("rotating.log"));
+  ChildProcess load(
+      {kNormload, "--target=" + server_->target(), "--concurrency=8", "--channels=2",
+       "--warmup_s=0.2", "--duration_s=2", "--stream_rotate_ms=50", "--quiet",
+       "--json=" + dir_.File("rotating.json"), "--mix=rows=2,hidden=256,transport=stream"},
+      dir_.File("rotating.log"));
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   server_->Kill();
   ASSERT_EQ(load.Wait(std::chrono::seconds(30)), 4) << load.Log();

@@ -10,16 +10,22 @@
 # the anchor against round 38's run of the same shapes) and with the staged
 # kernel at 2 and 3 stages; and the bf16 table under each policy (the
 # segment case's table time, round 40). TEST_FILTER narrows the test run
-# (default: all), TEST_SECONDS and SANITIZER_SECONDS bound it. Writes under
-# $1, packs it into $1.tgz.
+# (default: all), TEST_SECONDS and SANITIZER_SECONDS bound it; TESTS=0,
+# SANITIZE=0 and TABLES=0 leave out the tests, the sanitizers and the
+# tables, for a call with little device time (with HIDDENS=2049, RUNS 2 and
+# all three off, about a minute). Writes under $1, packs it into $1.tgz.
 set -u
 out=${1:?usage: call_land.sh OUT_DIR [RUNS]}
 runs=${2:-2}
 source kernels/bench/device_call.sh
 call_begin "$out"
 bench=$bin/kernels/bench/norm_bench
-call_tests "$out" "${TEST_SECONDS:-240}" --gtest_filter="${TEST_FILTER:-*}"
-call_sanitizers "$out" 'ForwardRealignStaged.Many*:ForwardRealignStaged.Groups*' "${SANITIZER_SECONDS:-80}"
+if [[ ${TESTS:-1} != 0 ]]; then
+  call_tests "$out" "${TEST_SECONDS:-240}" --gtest_filter="${TEST_FILTER:-*}"
+fi
+if [[ ${SANITIZE:-1} != 0 ]]; then
+  call_sanitizers "$out" 'ForwardRealignStaged.Many*:ForwardRealignStaged.Groups*' "${SANITIZER_SECONDS:-80}"
+fi
 for run in $(seq 1 "$runs"); do
   for hidden in ${HIDDENS:-2049 4095 8191 33}; do
     for variant in shift:2 staged:2 staged:3; do
@@ -30,6 +36,6 @@ for run in $(seq 1 "$runs"); do
       echo "$name exit $?: $(grep -E '^forward ' "$out/$name.txt" | awk '{print $2, $3, $NF}' | tr '\n' ';')"
     done
   done
-  call_segment_tables "$out" $bench "$run" 60
+  if [[ ${TABLES:-1} != 0 ]]; then call_segment_tables "$out" $bench "$run" 60; fi
 done
 call_end "$out"
