@@ -9,8 +9,9 @@ namespace {
 
 // Saved statistics as read from a file, shaped for `input`: a 1-D input's
 // are scalars (shape []), which `normalize --mean_out` writes as 0-d .npy
-// files and ReadTensorFlag reads as shape [1] (a 0-d input is one element);
-// any other shape is left for the server to check.
+// files and ReadTensorFlag reads as shape [1] (it reads every 0-d array so,
+// since an input needs a dimension); any other shape is left for the
+// server to check.
 v1::Tensor StatisticsFor(const v1::Tensor& input, v1::Tensor statistics) {
   if (input.shape_size() == 1 && statistics.shape_size() == 1 && statistics.shape(0) == 1) {
     statistics.clear_shape();

@@ -39,10 +39,11 @@ def _statistics_tensor(values, x, name):
     normalize returns it). Any array of that many values is accepted;
     another count raises ValueError."""
     shape = np.shape(x)[:-1]
+    rows = int(np.prod(shape, dtype=np.int64))
     values = np.asarray(values, dtype=np.float32)
-    if values.size != int(np.prod(shape, dtype=np.int64)):
+    if values.size != rows:
         raise ValueError(f"{name} has {values.size} values; x of shape {np.shape(x)} "
-                         f"has {int(np.prod(shape, dtype=np.int64))} rows")
+                         f"has {rows} rows")
     data = np.ascontiguousarray(values.reshape(shape), dtype="<f4").tobytes()
     return pb.Tensor(dtype=pb.FP32, shape=list(shape), data=data)
 
