@@ -119,7 +119,7 @@ class StreamConnection
   // Queues the slot's stream_request; false when the stream has ended.
   bool Send(Slot* slot) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (done_ || broken_ || closing_) return false;
+    if (!TakesRequestsLocked()) return false;
     slot->stream.store(this, std::memory_order_release);
     queue_.push_back(slot);
     if (!writing_) StartNextLocked();
@@ -152,7 +152,7 @@ class StreamConnection
   // True while the stream takes requests (Send would queue one).
   bool open() {
     std::lock_guard<std::mutex> lock(mutex_);
-    return !done_ && !broken_ && !closing_;
+    return TakesRequestsLocked();
   }
 
   void OnWriteDone(bool ok) override {
@@ -185,6 +185,7 @@ class StreamConnection
       StartWritesDone();
     }
   }
+  bool TakesRequestsLocked() const { return !done_ && !broken_ && !closing_; }
   void RetireLocked(std::unique_lock<std::mutex>& lock) {
     closing_ = true;
     if (writing_) return;  // OnWriteDone half-closes after the last write
