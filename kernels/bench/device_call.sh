@@ -45,14 +45,14 @@ call_sanitizers() {
 
 # BENCH's bf16 forward table (every H, the small-batch and segment cases)
 # under each realigning policy: the staged kernel for tables of segments,
-# then the shifting kernel for everything; prints realigned_segments' line.
+# then the shifting kernel for everything; prints the realigned_segments lines.
 call_segment_tables() {
   local out=$1 bench=$2 run=$3 seconds=$4 policy name
   for policy in staged shift; do
     name=table_${policy}_$run
     timeout "$seconds" "$bench" --forward-only --dtype bf16 --realign $policy \
       --json "$out/$name.json" >"$out/$name.txt" 2>&1
-    echo "$name exit $?: $(grep -E '^realigned_segments ' "$out/$name.txt")"
+    echo "$name exit $?: $(grep -E '^realigned_segments' "$out/$name.txt" | tr -s ' ' | tr '\n' ';')"
   done
 }
 

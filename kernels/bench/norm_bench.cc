@@ -221,11 +221,24 @@ std::vector<ForwardSegment> OneRowSegments(const Pool& pool, int set, int64_t co
   return segments;
 }
 
-// One LaunchForward of each set's `segments` (the table built on the host
-// into pinned staging, which the kernel reads in place, included) into
-// r->micros, and one bf16 LayerNorm tensor of the same rows x H into
-// r->copy_micros ("copy" columns), eager (events) or from graph replay.
+// How a segment case hands its table to the kernel.
+enum class TableDelivery {
+  // LaunchForward: built into pinned staging, which the kernel reads in
+  // place over the bus.
+  kMappedStaging,
+  // What the server does: built into pinned staging, copied to the device
+  // on the stream, then LaunchForwardWithUploadedTable. Every block of a
+  // segment of many rows reads the segment's entry, so a table read over
+  // the bus costs those blocks a bus round trip each.
+  kUploaded,
+};
+
+// One launch of each set's `segments` (the table built on the host and
+// delivered as `delivery` says, included) into r->micros, and one bf16
+// LayerNorm tensor of the same rows x H into r->copy_micros ("copy"
+// columns), eager (events) or from graph replay.
 void TimeTableAgainstTensor(const Pool& pool, cudaStream_t stream, bool graph,
+                            TableDelivery delivery,
                             const std::vector<ForwardSegment> (&segments)[kSets], Record* r) {
   const int count = static_cast<int>(segments[0].size());
   const std::size_t table_bytes = kernels::ForwardWorkspaceBytes(count);
@@ -237,8 +250,22 @@ void TimeTableAgainstTensor(const Pool& pool, cudaStream_t stream, bool graph,
   for (void*& p : staging) Check(cudaMallocHost(&p, table_bytes), "cudaMallocHost");
   int calls = 0;
   auto many = [&](int i) {
-    CheckStatus(kernels::LaunchForward(segments[i % kSets].data(), count, workspace, table_bytes,
-                                       staging[calls++ % kStaging], stream),
+    const ForwardSegment* set = segments[i % kSets].data();
+    void* host_table = staging[calls++ % kStaging];
+    if (delivery == TableDelivery::kMappedStaging) {
+      CheckStatus(kernels::LaunchForward(set, count, workspace, table_bytes, host_table, stream),
+                  "multi-segment");
+      return;
+    }
+    std::size_t written = 0;
+    CheckStatus(
+        kernels::WriteForwardTable(set, count, workspace, table_bytes, host_table, &written),
+        "segment table");
+    if (written > 0) {
+      Check(cudaMemcpyAsync(workspace, host_table, written, cudaMemcpyHostToDevice, stream),
+            "table upload");
+    }
+    CheckStatus(kernels::LaunchForwardWithUploadedTable(set, count, workspace, table_bytes, stream),
                 "multi-segment");
   };
   auto one = [&](int i) {
@@ -270,7 +297,7 @@ Record MultiSegment(const Pool& pool, cudaStream_t stream, bool graph) {
   r.bytes = static_cast<double>(count * hidden * 2 * 2);
   std::vector<ForwardSegment> segments[kSets];
   for (int s = 0; s < kSets; ++s) segments[s] = OneRowSegments(pool, s, count, hidden);
-  TimeTableAgainstTensor(pool, stream, graph, segments, &r);
+  TimeTableAgainstTensor(pool, stream, graph, TableDelivery::kMappedStaging, segments, &r);
   return r;
 }
 
@@ -279,12 +306,19 @@ constexpr int64_t kSegmentCaseElements = int64_t{64} * 128 * 2049;
 
 // A server batch of realigned requests: 64 segments of 128 rows of
 // H = 2049 (rows off a 16-byte boundary) in one LaunchForward, against one
-// 8192 x 2049 tensor (one segment), eager: what a table of segments costs
-// the realigning kernels.
-Record RealignedSegments(const Pool& pool, cudaStream_t stream) {
+// 8192 x 2049 tensor (one segment), eager, the table uploaded as the server
+// uploads it: what a table of segments costs the realigning kernels.
+// With kMappedStaging (`realigned_segments_mapped`) the kernel reads the
+// table in place, as LaunchForward has it do.
+Record RealignedSegments(const Pool& pool, cudaStream_t stream, TableDelivery delivery) {
   const int64_t hidden = 2049, count = 64, rows_each = 128;
-  Record r{"realigned_segments",      "layer_norm",      "bf16",
-           "64 segments vs 1 tensor", count * rows_each, hidden};
+  Record r{
+      delivery == TableDelivery::kUploaded ? "realigned_segments" : "realigned_segments_mapped",
+      "layer_norm",
+      "bf16",
+      "64 segments vs 1 tensor",
+      count * rows_each,
+      hidden};
   r.bytes = static_cast<double>(r.rows * hidden * 2 * 2);
   std::vector<ForwardSegment> segments[kSets];
   for (int s = 0; s < kSets; ++s) {
@@ -295,7 +329,7 @@ Record RealignedSegments(const Pool& pool, cudaStream_t stream) {
                                     static_cast<char*>(pool.out[s]) + offset, pool));
     }
   }
-  TimeTableAgainstTensor(pool, stream, false, segments, &r);
+  TimeTableAgainstTensor(pool, stream, false, delivery, segments, &r);
   return r;
 }
 
@@ -384,12 +418,13 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf(
-      "device: %s, %d SMs, L2 %d MB, ring %s, param_staging %s, realign %s, large shapes of "
-      "%lld elements, forward affine %s\n",
+      "device: %s, %d SMs, L2 %d MB, ring %s, param_staging %s, realign %s (%d stages), large "
+      "shapes of %lld elements, forward affine %s\n",
       prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, RingPolicyName(GetRingPolicy()),
       ParamStagingName(normsvc::kernels::detail::GetParamStaging()),
       NameOf(kRealignPolicies, normsvc::kernels::detail::GetRealignPolicy()),
-      static_cast<long long>(large_elements), AffineName(forward_affine));
+      normsvc::kernels::detail::GetRealignStages(), static_cast<long long>(large_elements),
+      AffineName(forward_affine));
   cudaStream_t stream;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   std::vector<Record> records;
@@ -423,7 +458,8 @@ int main(int argc, char** argv) {
       if (PoolElements() >= kSegmentCaseElements) {
         records.push_back(MultiSegment(pool, stream, false));
         records.push_back(MultiSegment(pool, stream, true));
-        records.push_back(RealignedSegments(pool, stream));
+        records.push_back(RealignedSegments(pool, stream, TableDelivery::kUploaded));
+        records.push_back(RealignedSegments(pool, stream, TableDelivery::kMappedStaging));
         records.push_back(SegmentTableParts(pool, stream));
       } else {
         std::printf("(multi-segment cases skipped: --elements below %lld)\n",
@@ -431,10 +467,10 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::printf("%-22s %-10s %-5s %6s %6s %-26s %9s %8s %9s %8s %6s\n", "kind", "op", "dtype", "rows",
+  std::printf("%-25s %-10s %-5s %6s %6s %-26s %9s %8s %9s %8s %6s\n", "kind", "op", "dtype", "rows",
               "H", "plan", "us", "GB/s", "copy us", "copy", "ratio");
   for (const Record& r : records) {
-    std::printf("%-22s %-10s %-5s %6lld %6lld %-26s %9.2f %8.0f %9.2f %8.0f %6.3f\n",
+    std::printf("%-25s %-10s %-5s %6lld %6lld %-26s %9.2f %8.0f %9.2f %8.0f %6.3f\n",
                 r.kind.c_str(), r.op.c_str(), r.dtype.c_str(), static_cast<long long>(r.rows),
                 static_cast<long long>(r.hidden), r.plan.c_str(), r.micros, r.Gbps(), r.copy_micros,
                 r.CopyGbps(), r.copy_micros / r.micros);

@@ -100,17 +100,31 @@ ForwardKernel RealignForwardKernelFor(const KernelPlan& plan, bool single) {
 }
 
 // The staged realigning kernel (RealignPolicy::kStaged, realign_policy.h),
-// with gamma/beta in dtype P: the realigning kernel's plans, one segment.
-template <typename T, typename P>
+// with gamma/beta in dtype P: the realigning kernel's plans.
+template <typename T, typename P, bool kSingle, int kStages>
 ForwardKernel RealignStagedForwardKernelFor(const KernelPlan& plan) {
   constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
   if (plan.layout != Layout::kVector || plan.width != kVectorWidth || plan.cluster != 1) {
     return nullptr;
   }
-  if (plan.slots == 1) return ForwardRealignStagedKernel<T, P, 1, kVectorWidth>;
-  if (plan.slots == 2) return ForwardRealignStagedKernel<T, P, 2, kVectorWidth>;
-  if (plan.slots == 3) return ForwardRealignStagedKernel<T, P, 3, kVectorWidth>;
+  if (plan.slots == 1) return ForwardRealignStagedKernel<T, P, 1, kVectorWidth, kSingle, kStages>;
+  if (plan.slots == 2) return ForwardRealignStagedKernel<T, P, 2, kVectorWidth, kSingle, kStages>;
+  if (plan.slots == 3) return ForwardRealignStagedKernel<T, P, 3, kVectorWidth, kSingle, kStages>;
   return nullptr;
+}
+
+template <typename T, typename P, bool kSingle>
+ForwardKernel RealignStagedForwardKernelFor(const KernelPlan& plan, int stages) {
+  if (stages == 2) return RealignStagedForwardKernelFor<T, P, kSingle, 2>(plan);
+  if (stages == 3) return RealignStagedForwardKernelFor<T, P, kSingle, 3>(plan);
+  if (stages == 4) return RealignStagedForwardKernelFor<T, P, kSingle, 4>(plan);
+  return nullptr;
+}
+
+template <typename T, typename P>
+ForwardKernel RealignStagedForwardKernelFor(const KernelPlan& plan, bool single, int stages) {
+  return single ? RealignStagedForwardKernelFor<T, P, true>(plan, stages)
+                : RealignStagedForwardKernelFor<T, P, false>(plan, stages);
 }
 
 // The ring kernel of `op` (see UsesRingForward in kernel_registry.h), with

@@ -30,7 +30,6 @@ std::atomic<int64_t> ring_launches{0};
 std::atomic<ParamStaging> param_staging{ParamStaging::kOneWave};
 std::atomic<int64_t> param_staged_launches{0};
 std::atomic<int64_t> realign_launches{0};
-std::atomic<RealignPolicy> realign_policy{RealignPolicy::kStaged};
 std::atomic<int64_t> staged_realign_launches{0};
 std::atomic<int64_t> staged_launches{0};
 
@@ -47,12 +46,6 @@ int64_t ParamStagedForwardLaunches() {
 }
 
 int64_t RealignForwardLaunches() { return realign_launches.load(std::memory_order_relaxed); }
-
-RealignPolicy GetRealignPolicy() { return realign_policy.load(std::memory_order_relaxed); }
-
-void SetRealignPolicy(RealignPolicy policy) {
-  realign_policy.store(policy, std::memory_order_relaxed);
-}
 
 int64_t StagedRealignForwardLaunches() {
   return staged_realign_launches.load(std::memory_order_relaxed);
@@ -119,8 +112,10 @@ Status LaunchPersistent(detail::ForwardKernel kernel, const KernelPlan& plan, st
                                 kEarlyLaunch);
 }
 
+// `residual`: whether the group's segments add a residual (all or none of
+// a realigned group's do: SegmentLaunchKey).
 Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, ForwardPath path,
-                      ForwardParams params, cudaStream_t stream) {
+                      bool residual, ForwardParams params, cudaStream_t stream) {
   params.row_groups = (params.total_rows + plan.groups - 1) / plan.groups;
   if (detail::UsesRingForward(plan, path, params.segment_count == 1,
                               params.single.residual != nullptr, detail::GetRingPolicy())) {
@@ -181,18 +176,19 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
     if (launched.ok()) detail::staged_launches.fetch_add(1, std::memory_order_relaxed);
     return launched;
   }
-  if (path == ForwardPath::kRealign && params.segment_count == 1 &&
-      params.single.residual == nullptr &&
+  if (path == ForwardPath::kRealign && !residual &&
       detail::GetRealignPolicy() == detail::RealignPolicy::kStaged) {
     // Persistent, its rows staged in shared memory (realign_policy.h; the
     // same bits as the realigning kernel's). Where the device cannot hold
     // a block of it (an occupancy query failed), the shifting kernel below
     // serves instead: it needs no dynamic shared memory.
+    const int stages = detail::GetRealignStages();
+    const bool single = params.segment_count == 1;
     const detail::ForwardKernel staged =
-        detail::FindRealignStagedForwardKernel(x_dtype, plan, param_dtype);
+        detail::FindRealignStagedForwardKernel(x_dtype, plan, param_dtype, single, stages);
     if (staged == nullptr) return Status(Code::kInternal, "no staged realigning kernel");
     const std::size_t smem =
-        detail::RealignStagedSmemBytes(plan.groups, plan.slots * plan.row_threads);
+        detail::RealignStagedSmemBytes(plan.groups, plan.slots * plan.row_threads, stages);
     if (const int64_t resident = ResidentUnits(staged, plan, smem); resident > 0) {
       const Status launched = LaunchPersistent(staged, plan, smem, resident, params, stream);
       if (launched.ok()) detail::staged_realign_launches.fetch_add(1, std::memory_order_relaxed);
@@ -244,7 +240,8 @@ Status LaunchForwardSegment(const ForwardSegment& segment, cudaStream_t stream) 
   params.total_rows = segment.rows;
   params.single = detail::ToDeviceSegment(segment, plan, 0);
   return LaunchOneGroup(segment.x_dtype, segment.param_dtype, plan,
-                        detail::SegmentPath(segment, plan), params, stream);
+                        detail::SegmentPath(segment, plan), segment.residual != nullptr, params,
+                        stream);
 }
 
 namespace {
@@ -412,7 +409,7 @@ Status EnqueueForward(const ForwardSegment* segments, const PreparedForward& pre
   for (const PreparedForward::Launch& launch : prepared.launches) {
     const ForwardSegment& first = segments[launch.first_segment];
     if (Status st = LaunchOneGroup(first.x_dtype, first.param_dtype, launch.plan, launch.path,
-                                   launch.params, stream);
+                                   first.residual != nullptr, launch.params, stream);
         !st.ok()) {
       return st;
     }

@@ -10,10 +10,11 @@ ForwardKernel FindRealignForwardKernelBF16(const KernelPlan& plan, DType param_d
              : RealignForwardKernelFor<__nv_bfloat16, __nv_bfloat16>(plan, single);
 }
 
-ForwardKernel FindRealignStagedForwardKernelBF16(const KernelPlan& plan, DType param_dtype) {
+ForwardKernel FindRealignStagedForwardKernelBF16(const KernelPlan& plan, DType param_dtype,
+                                                 bool single, int stages) {
   return param_dtype == DType::kF32
-             ? RealignStagedForwardKernelFor<__nv_bfloat16, float>(plan)
-             : RealignStagedForwardKernelFor<__nv_bfloat16, __nv_bfloat16>(plan);
+             ? RealignStagedForwardKernelFor<__nv_bfloat16, float>(plan, single, stages)
+             : RealignStagedForwardKernelFor<__nv_bfloat16, __nv_bfloat16>(plan, single, stages);
 }
 
 }  // namespace normsvc::kernels::detail

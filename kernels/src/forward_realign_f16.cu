@@ -9,9 +9,10 @@ ForwardKernel FindRealignForwardKernelF16(const KernelPlan& plan, DType param_dt
                                     : RealignForwardKernelFor<__half, __half>(plan, single);
 }
 
-ForwardKernel FindRealignStagedForwardKernelF16(const KernelPlan& plan, DType param_dtype) {
-  return param_dtype == DType::kF32 ? RealignStagedForwardKernelFor<__half, float>(plan)
-                                    : RealignStagedForwardKernelFor<__half, __half>(plan);
+ForwardKernel FindRealignStagedForwardKernelF16(const KernelPlan& plan, DType param_dtype,
+                                                bool single, int stages) {
+  return param_dtype == DType::kF32 ? RealignStagedForwardKernelFor<__half, float>(plan, single, stages)
+                                    : RealignStagedForwardKernelFor<__half, __half>(plan, single, stages);
 }
 
 }  // namespace normsvc::kernels::detail

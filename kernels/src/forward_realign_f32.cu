@@ -8,8 +8,10 @@ ForwardKernel FindRealignForwardKernelF32(const KernelPlan& plan, DType param_dt
   return param_dtype == DType::kF32 ? RealignForwardKernelFor<float, float>(plan, single) : nullptr;
 }
 
-ForwardKernel FindRealignStagedForwardKernelF32(const KernelPlan& plan, DType param_dtype) {
-  return param_dtype == DType::kF32 ? RealignStagedForwardKernelFor<float, float>(plan) : nullptr;
+ForwardKernel FindRealignStagedForwardKernelF32(const KernelPlan& plan, DType param_dtype,
+                                                bool single, int stages) {
+  return param_dtype == DType::kF32 ? RealignStagedForwardKernelFor<float, float>(plan, single, stages)
+                                    : nullptr;
 }
 
 }  // namespace normsvc::kernels::detail

@@ -1,7 +1,9 @@
 // Forward for the realigning kernel's rows (ForwardPath::kRealign: vector
 // rows that do not start on a 16-byte boundary, H not a multiple of the
 // vector width included) with each row staged in shared memory instead of
-// shifted in registers. One segment without a residual (the launcher checks).
+// shifted in registers. Segments without a residual: one, or a group of a
+// multi-segment launch (the segment table; the launch key keeps segments
+// with a residual apart, forward_segments.cc).
 //
 // How: a persistent block copies each of its rows' aligned 16-byte chunks
 // into a stage in shared memory (cp.async) one row group ahead of the rows
@@ -9,17 +11,15 @@
 // the neighbouring rows (or the padding between rows) that share them,
 // which are never used (the other kernels of the plan read those chunks
 // element by element); only a chunk that reaches past the segment's last
-// element is copied element by element, so no byte outside the allocation
-// is read (StageRow). After a row barrier each thread reads its
-// logical chunks (the plan's elements [cW, cW + W)) from the stage as 4-byte
-// words, and a byte permute a word where the row starts 2 bytes off a
-// 4-byte boundary: no barrel shift, and no second aligned chunk held a slot.
-// The statistics are RowStatistics over those chunks (the plan's order,
-// so the bits of every other kernel of the plan); each chunk's output is
-// NormalizePack with gamma/beta of its own, aligned, chunk (no shift); the
-// outputs go back into the stage at their logical places, and after a second
-// row barrier each thread stores the stage's aligned chunks (16-byte stores;
-// the row's partial end chunks element by element).
+// element (for a table of segments: past the row's end) is copied element
+// by element, so no byte outside the allocation is read (StageRow). After a row barrier each thread
+// reads its logical chunks (the plan's elements [cW, cW + W)) from the stage as 4-byte words, and a
+// byte permute a word where the row starts 2 bytes off a 4-byte boundary: no barrel shift, and no
+// second aligned chunk held a slot. The statistics are RowStatistics over those chunks (the plan's
+// order, so the bits of every other kernel of the plan); each chunk's output is NormalizePack with
+// gamma/beta of its own, aligned, chunk (no shift); the outputs go back into the stage at their
+// logical places, and after a second row barrier each thread stores the stage's aligned chunks
+// (16-byte stores; the row's partial end chunks element by element).
 #pragma once
 
 #include <cstddef>
@@ -27,6 +27,7 @@
 
 #include "async_copy.cuh"
 #include "forward_realign_kernel.cuh"
+#include "segment_lookup.cuh"
 
 namespace normsvc::kernels::detail {
 
@@ -38,10 +39,12 @@ namespace normsvc::kernels::detail {
 // configuration (and one entry of the launchers' occupancy cache).
 __host__ __device__ constexpr int RealignStageRowBytes(int capacity) { return (capacity + 1) * 16; }
 
-// Dynamic shared memory of a launch: two stages (the rows being normalized
-// and the next ones loading) of `groups` rows each.
-__host__ __device__ constexpr std::size_t RealignStagedSmemBytes(int groups, int capacity) {
-  return 2 * static_cast<std::size_t>(groups) *
+// Dynamic shared memory of a launch: `stages` stages (the rows being
+// normalized and the next stages - 1 row groups loading) of `groups` rows
+// each.
+__host__ __device__ constexpr std::size_t RealignStagedSmemBytes(int groups, int capacity,
+                                                                 int stages) {
+  return static_cast<std::size_t>(stages) * static_cast<std::size_t>(groups) *
          static_cast<std::size_t>(RealignStageRowBytes(capacity));
 }
 
@@ -132,47 +135,69 @@ __device__ __forceinline__ void StagedRowBarrier(const RowTeam& team) {
   }
 }
 
-template <typename T, typename P, int V, int W, bool kLayerNorm>
+// The segment of launch row `row` and, in *local_row, the row within it.
+template <bool kSingle>
+__device__ __forceinline__ const DeviceSegment& StagedRowSegment(const ForwardParams& p,
+                                                                 int64_t row, int64_t* local_row) {
+  if constexpr (kSingle) {
+    *local_row = row;
+    return p.single;
+  } else {
+    return *LocateSegment(p, row, local_row);
+  }
+}
+
+template <typename T, typename P, int V, int W, int kStages, bool kLayerNorm, bool kSingle>
 __device__ __forceinline__ void StagedRealignRows(const ForwardParams& p, unsigned char* smem,
                                                   ReduceScratch& scratch) {
-  const DeviceSegment& s = p.single;
   const RowTeam team = MakeBlockTeam(p.shape);
   const RowSchedule schedule = MakeSchedule(p.shape, p.row_groups);
-  const int hidden = s.hidden;
-  const int chunks = (hidden + W - 1) / W;
   const int row_bytes = RealignStageRowBytes(V * team.row_threads);
-  // Stage b (0 or 1) of this row group.
+  // Stage b (0 to kStages - 1) of this row group.
   auto stage_of = [&](int b) { return smem + (b * schedule.groups + team.group) * row_bytes; };
-  const T* const x = static_cast<const T*>(s.x);
-  const T* const limit = x + (p.total_rows - 1) * s.x_stride + hidden;
   // Starts iteration `it`'s copies into `stage`, as one commit group (empty
   // past the last row, so that every thread commits one group a call).
   auto issue = [&](int it, unsigned char* stage) {
     const int64_t row = schedule.FirstRowOf(it) + team.group;
     if (it < schedule.iterations && row < p.total_rows) {
-      const T* x_row = x + row * s.x_stride;
+      int64_t r = 0;
+      const DeviceSegment& s = StagedRowSegment<kSingle>(p, row, &r);
+      const int hidden = s.hidden;
+      const T* x_row = static_cast<const T*>(s.x) + r * s.x_stride;
       const int lead = LeadOf(x_row);
-      StageRow<T, V, W>(stage, x_row - lead, lead, hidden, chunks, limit, team);
+      // Whole chunks up to the segment's last element for one segment (its
+      // rows are the launch's), else up to the row's end (a table entry
+      // does not hold its segment's row count).
+      const T* limit = kSingle
+                           ? static_cast<const T*>(s.x) + (p.total_rows - 1) * s.x_stride + hidden
+                           : x_row + hidden;
+      StageRow<T, V, W>(stage, x_row - lead, lead, hidden, (hidden + W - 1) / W, limit, team);
     }
     CommitAsyncCopies();
   };
-  // The elements of the last logical chunk past the row's end: zeros (the
-  // stage holds the next row's bytes there), as every kernel of the plan
-  // holds them.
-  const int tail_elements = hidden - (chunks - 1) * W;
 
-  issue(0, stage_of(0));
+#pragma unroll
+  for (int ahead = 0; ahead < kStages - 1; ++ahead) issue(ahead, stage_of(ahead));
   for (int it = 0; it < schedule.iterations; ++it) {
-    unsigned char* const stage = stage_of(it & 1);
-    WaitAsyncCopies<0>();
+    unsigned char* const stage = stage_of(it % kStages);
+    // This iteration's group is the oldest of the kStages - 1 pending.
+    WaitAsyncCopies<kStages - 2>();
     // Every thread's copies of this row are in; and every thread of the row
     // is done with the previous iteration, whose stage the next copies reuse.
     StagedRowBarrier(team);
-    issue(it + 1, stage_of((it + 1) & 1));
+    issue(it + kStages - 1, stage_of((it + kStages - 1) % kStages));
 
     const int64_t row = schedule.FirstRowOf(it) + team.group;
     const bool active = row < p.total_rows;
-    const T* x_row = x + (active ? row : 0) * s.x_stride;
+    int64_t r = 0;
+    const DeviceSegment& s = StagedRowSegment<kSingle>(p, active ? row : p.total_rows - 1, &r);
+    const int hidden = s.hidden;
+    const int chunks = (hidden + W - 1) / W;
+    // The elements of the last logical chunk past the row's end: zeros (the
+    // stage holds the next row's bytes there), as every kernel of the plan
+    // holds them.
+    const int tail_elements = hidden - (chunks - 1) * W;
+    const T* x_row = static_cast<const T*>(s.x) + r * s.x_stride;
     const int lead = LeadOf(x_row);
     const int lead_bytes = lead * static_cast<int>(sizeof(T));
     Pack<T, W> v[V];
@@ -221,7 +246,7 @@ __device__ __forceinline__ void StagedRealignRows(const ForwardParams& p, unsign
     }
     StagedRowBarrier(team);
     if (active) {
-      T* const out_base = static_cast<T*>(s.out) + row * s.out_stride - lead;
+      T* const out_base = static_cast<T*>(s.out) + r * s.out_stride - lead;
       const int aligned = (lead + hidden + W - 1) / W;
 #pragma unroll
       for (int j = 0; j <= V; ++j) {
@@ -232,8 +257,8 @@ __device__ __forceinline__ void StagedRealignRows(const ForwardParams& p, unsign
         StoreAlignedChunk<T, W>(out_base, a, lead, hidden, pack);
       }
       if (team.rank == 0) {
-        if (s.mean != nullptr) s.mean[row] = stats.mean_hi + stats.mean_lo;
-        if (s.rstd != nullptr) s.rstd[row] = stats.rstd;
+        if (s.mean != nullptr) s.mean[r] = stats.mean_hi + stats.mean_lo;
+        if (s.rstd != nullptr) s.rstd[r] = stats.rstd;
       }
     }
   }
@@ -242,17 +267,19 @@ __device__ __forceinline__ void StagedRealignRows(const ForwardParams& p, unsign
 
 // One block a row group of the plan, persistent (at most one wave, each
 // block looping over row groups); `RealignStagedSmemBytes` of dynamic shared
-// memory.
-template <typename T, typename P, int V, int W>
+// memory for kStages stages.
+// kSingle: one segment, read from the parameters; else the segment table.
+template <typename T, typename P, int V, int W, bool kSingle, int kStages>
 __global__ void __launch_bounds__(kLeanMaxThreads, kLeanMinBlocks)
     ForwardRealignStagedKernel(const __grid_constant__ ForwardParams p) {
+  static_assert(kStages >= 2, "a stage normalized and at least one loading");
   BeginDependentGrid();
   extern __shared__ __align__(16) unsigned char realign_stages[];
   __shared__ ReduceScratch scratch;
   if (p.op == static_cast<uint8_t>(NormOp::kLayerNorm)) {
-    StagedRealignRows<T, P, V, W, true>(p, realign_stages, scratch);
+    StagedRealignRows<T, P, V, W, kStages, true, kSingle>(p, realign_stages, scratch);
   } else {
-    StagedRealignRows<T, P, V, W, false>(p, realign_stages, scratch);
+    StagedRealignRows<T, P, V, W, kStages, false, kSingle>(p, realign_stages, scratch);
   }
 }
 

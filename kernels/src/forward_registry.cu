@@ -43,14 +43,14 @@ ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, ForwardPa
 }
 
 ForwardKernel FindRealignStagedForwardKernel(DType x_dtype, const KernelPlan& plan,
-                                             DType param_dtype) {
+                                             DType param_dtype, bool single, int stages) {
   switch (x_dtype) {
     case DType::kF32:
-      return FindRealignStagedForwardKernelF32(plan, param_dtype);
+      return FindRealignStagedForwardKernelF32(plan, param_dtype, single, stages);
     case DType::kF16:
-      return FindRealignStagedForwardKernelF16(plan, param_dtype);
+      return FindRealignStagedForwardKernelF16(plan, param_dtype, single, stages);
     case DType::kBF16:
-      return FindRealignStagedForwardKernelBF16(plan, param_dtype);
+      return FindRealignStagedForwardKernelBF16(plan, param_dtype, single, stages);
   }
   return nullptr;
 }

@@ -53,6 +53,9 @@ uint64_t SegmentLaunchKey(const ForwardSegment& s, const KernelPlan& plan, Forwa
   key = key * 2048 + static_cast<uint64_t>(plan.block_threads);
   key = key * 4 + static_cast<uint64_t>(s.param_dtype);  // sizes the parameter cache
   key = key * 4 + static_cast<uint64_t>(path);
+  // Realigned rows with a residual take ForwardRealignKernel, those without
+  // ForwardRealignStagedKernel (realign_policy.h): apart.
+  key = key * 2 + (path == ForwardPath::kRealign && s.residual != nullptr ? 1 : 0);
   return key;
 }
 

@@ -28,7 +28,7 @@ enum class ForwardPath : uint8_t {
   // of whole chunks (`vectorized`; a plan with a partial last chunk never
   // is), or the strided layout.
   kLean = 1,
-  // ForwardRealignKernel (forward_realign_kernel.cuh), or for one segment
+  // ForwardRealignKernel (forward_realign_kernel.cuh), or for segments
   // without a residual ForwardRealignStagedKernel (realign_policy.h,
   // forward_realign_staged_kernel.cuh): output in the x dtype, the vector layout within a block and
   // at most kRealignMaxSlots
@@ -115,9 +115,10 @@ ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, ForwardPa
 // (UsesStagedBackward).
 BackwardKernel FindBackwardKernel(DType x_dtype, const KernelPlan& plan, int64_t hidden, NormOp op,
                                   bool saved_stats, bool aligned);
-// ForwardRealignStagedKernel for a realigning plan; null when none matches.
+// ForwardRealignStagedKernel for a realigning plan (`single`: one segment,
+// else the segment table); null when none matches.
 ForwardKernel FindRealignStagedForwardKernel(DType x_dtype, const KernelPlan& plan,
-                                             DType param_dtype);
+                                             DType param_dtype, bool single, int stages);
 ForwardKernel FindRingForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype,
                                     NormOp op);
 ForwardKernel FindParamStagedForwardKernel(DType x_dtype, const KernelPlan& plan);
@@ -131,9 +132,12 @@ ForwardKernel FindLeanForwardKernelBF16(const KernelPlan& plan, DType param_dtyp
 ForwardKernel FindRealignForwardKernelF32(const KernelPlan& plan, DType param_dtype, bool single);
 ForwardKernel FindRealignForwardKernelF16(const KernelPlan& plan, DType param_dtype, bool single);
 ForwardKernel FindRealignForwardKernelBF16(const KernelPlan& plan, DType param_dtype, bool single);
-ForwardKernel FindRealignStagedForwardKernelF32(const KernelPlan& plan, DType param_dtype);
-ForwardKernel FindRealignStagedForwardKernelF16(const KernelPlan& plan, DType param_dtype);
-ForwardKernel FindRealignStagedForwardKernelBF16(const KernelPlan& plan, DType param_dtype);
+ForwardKernel FindRealignStagedForwardKernelF32(const KernelPlan& plan, DType param_dtype,
+                                                bool single, int stages);
+ForwardKernel FindRealignStagedForwardKernelF16(const KernelPlan& plan, DType param_dtype,
+                                                bool single, int stages);
+ForwardKernel FindRealignStagedForwardKernelBF16(const KernelPlan& plan, DType param_dtype,
+                                                 bool single, int stages);
 ForwardKernel FindRingForwardKernelF32(const KernelPlan& plan, DType param_dtype, NormOp op);
 ForwardKernel FindRingForwardKernelF16(const KernelPlan& plan, DType param_dtype, NormOp op);
 ForwardKernel FindRingForwardKernelBF16(const KernelPlan& plan, DType param_dtype, NormOp op);

@@ -1,14 +1,12 @@
-// Which kernel serves the one-segment launches of ForwardPath::kRealign
-// without a residual (a one-segment group of a multi-segment launch
-// included): ForwardRealignStagedKernel (rows staged in shared memory, read
-// at their offset; forward_realign_staged_kernel.cuh; the default) or
-// ForwardRealignKernel (aligned chunks shifted in registers), which serves
-// every other realigning launch either way. Both give the same bits (the
-// GPU tests compare them), so the choice is a speed policy: measured on an
-// H100 (BENCHMARKS.md, round 38), the staged kernel gained 0.12-0.17 of copy
-// at bf16 and fp32 8189 x 2049 and 4095, and 0.10-0.12 at bf16 8191.
-// Process-wide; norm_bench --realign and the tests set it, nothing else
-// does.
+// Which kernel serves the launches of ForwardPath::kRealign without a
+// residual (one segment, or a group of a multi-segment launch, whose key
+// keeps segments with a residual apart): ForwardRealignStagedKernel (rows staged in shared memory,
+// read at their offset; forward_realign_staged_kernel.cuh; the default) or ForwardRealignKernel
+// (aligned chunks shifted in registers), which serves every other realigning launch either way.
+// Both give the same bits (the GPU tests compare them), so the choice is a speed policy: measured
+// on an H100 (BENCHMARKS.md, round 38), the staged kernel gained 0.12-0.17 of copy at bf16 and fp32
+// 8189 x 2049 and 4095, and 0.10-0.12 at bf16 8191. Process-wide; norm_bench --realign and the
+// tests set it, nothing else does.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +20,14 @@ enum class RealignPolicy : uint8_t {
 
 RealignPolicy GetRealignPolicy();
 void SetRealignPolicy(RealignPolicy policy);
+
+// The stages of ForwardRealignStagedKernel's pipeline (2, 3 or 4: the row
+// group normalized and stages - 1 loading); default 2. Process-wide; a
+// tuning experiment's knob (norm_bench --realign-stages, the tests).
+// SetRealignStages refuses (returns false, the setting unchanged) any other
+// count: no staged kernel exists for it.
+int GetRealignStages();
+bool SetRealignStages(int stages);
 
 // Launches of ForwardRealignStagedKernel so far in this process (for tests:
 // proof that a case took it).

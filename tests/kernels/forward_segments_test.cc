@@ -143,6 +143,31 @@ TEST(ForwardSegments, TheKernelFamilyIsPartOfTheLaunchKey) {
   EXPECT_EQ(ToDeviceSegment(misaligned, plan, 0).vectorized, 0);
 }
 
+// Realigned rows with a residual take ForwardRealignKernel, those without
+// ForwardRealignStagedKernel (realign_policy.h), so they never share a
+// launch; on the other paths a residual changes no kernel, nor the key.
+TEST(ForwardSegments, AResidualIsPartOfARealignedLaunchKey) {
+  const auto with_residual = [](ForwardSegment s) {
+    const int64_t bytes = reinterpret_cast<uintptr_t>(s.x) % 256;
+    s.residual = At(4, bytes);
+    s.residual_row_stride = s.x_row_stride;
+    return s;
+  };
+  const ForwardSegment realigned = Contiguous(DType::kBF16, 9, 2049, 5);
+  const KernelPlan realign_plan = PlanForward(2049, DType::kBF16);
+  ASSERT_EQ(PathFor(realigned), ForwardPath::kRealign);
+  ASSERT_EQ(PathFor(with_residual(realigned)), ForwardPath::kRealign);
+  EXPECT_NE(SegmentLaunchKey(realigned, realign_plan, ForwardPath::kRealign),
+            SegmentLaunchKey(with_residual(realigned), realign_plan, ForwardPath::kRealign));
+
+  const ForwardSegment aligned = Contiguous(DType::kBF16, 9, 4096);
+  const KernelPlan lean_plan = PlanForward(4096, DType::kBF16);
+  ASSERT_EQ(PathFor(aligned), ForwardPath::kLean);
+  ASSERT_EQ(PathFor(with_residual(aligned)), ForwardPath::kLean);
+  EXPECT_EQ(SegmentLaunchKey(aligned, lean_plan, ForwardPath::kLean),
+            SegmentLaunchKey(with_residual(aligned), lean_plan, ForwardPath::kLean));
+}
+
 // Segments share a launch exactly when their keys are equal, so two
 // different launch configurations must never get the same key: every plan
 // PlanForward makes (each distinct plan of every H once), with every op,

@@ -1,8 +1,9 @@
 // ForwardRealignStagedKernel (rows staged in shared memory, read at their
 // offset; realign_policy.h) against the double reference and, bit for bit,
-// against ForwardRealignKernel on what it serves: one-segment launches
-// without a residual, alone or as a group of one segment in a multi-segment
-// launch; many row groups a block, and rows written in place. The launch
+// against ForwardRealignKernel on what it serves: segments without a
+// residual, alone, alone in a group of a multi-segment launch, or a group of
+// several (the segment table); many row groups a block, and rows written in
+// place. The launch
 // counters say which kernel served each case.
 #include <algorithm>
 #include <memory>
@@ -22,7 +23,8 @@ namespace {
 
 // Runs the case alone under `policy` (realign_policy.h); the launch counters
 // say which realigning kernel served it.
-std::vector<uint8_t> RunUnderPolicy(ForwardCase& c, detail::RealignPolicy policy) {
+std::vector<uint8_t> RunUnderPolicy(ForwardCase& c, detail::RealignPolicy policy, int stages = 2) {
+  EXPECT_TRUE(detail::SetRealignStages(stages)) << stages;
   c.PoisonOutputs();
   const int64_t shifted = detail::RealignForwardLaunches();
   const int64_t staged = detail::StagedRealignForwardLaunches();
@@ -37,6 +39,7 @@ std::vector<uint8_t> RunUnderPolicy(ForwardCase& c, detail::RealignPolicy policy
   EXPECT_EQ(detail::StagedRealignForwardLaunches() - staged, is_staged ? 1 : 0)
       << Describe(c.spec());
   EXPECT_EQ(detail::RealignForwardLaunches() - shifted, is_staged ? 0 : 1) << Describe(c.spec());
+  detail::SetRealignStages(2);
   return c.DenseOutputBytes();
 }
 
@@ -65,6 +68,10 @@ TEST(ForwardRealignStaged, MatchesReferenceAndTheShiftingKernelBitForBit) {
         ForwardCase c(spec, rng);
         c.Upload();
         const std::vector<uint8_t> shifted = RunUnderPolicy(c, detail::RealignPolicy::kShift);
+        for (int stages : {3, 4}) {
+          EXPECT_EQ(RunUnderPolicy(c, detail::RealignPolicy::kStaged, stages), shifted)
+              << stages << " stages, " << Describe(spec);
+        }
         const std::vector<uint8_t> staged = RunUnderPolicy(c, detail::RealignPolicy::kStaged);
         c.Check("staged realigning kernel");
         EXPECT_EQ(staged, shifted) << Describe(spec);
@@ -87,6 +94,10 @@ TEST(ForwardRealignStaged, ManyRowGroupsABlock) {
       ForwardCase c(spec, rng);
       c.Upload();
       const std::vector<uint8_t> shifted = RunUnderPolicy(c, detail::RealignPolicy::kShift);
+      for (int stages : {3, 4}) {
+        EXPECT_EQ(RunUnderPolicy(c, detail::RealignPolicy::kStaged, stages), shifted)
+            << stages << " stages, " << Describe(spec);
+      }
       const std::vector<uint8_t> staged = RunUnderPolicy(c, detail::RealignPolicy::kStaged);
       c.Check("staged realigning kernel, many rows");
       EXPECT_EQ(staged, shifted) << Describe(spec);
@@ -142,11 +153,13 @@ TEST(ForwardRealignStaged, InPlace) {
   }
 }
 
-// A realigned segment alone in its group of a multi-segment launch (no
-// other segment shares its launch key) takes the staged kernel, a group of
-// two realigned segments the shifting one, and an aligned segment neither;
-// each gives the bits it gives alone under the shifting policy.
-TEST(ForwardRealignStaged, AOneSegmentGroupOfAMultiSegmentLaunch) {
+// The groups of a multi-segment launch: a realigned segment alone in its
+// group (no other segment shares its launch key) and a group of realigned
+// segments without a residual (the segment table; two H of one plan) take
+// the staged kernel, a group with a residual the shifting one, and an
+// aligned segment neither; each segment gives the bits it gives alone under
+// the shifting policy.
+TEST(ForwardRealignStaged, GroupsOfAMultiSegmentLaunch) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("staged realign in a mixed launch");
   const auto spec_of = [](DType dtype, NormOp op, int64_t rows, int64_t hidden, int64_t offset) {
@@ -159,20 +172,24 @@ TEST(ForwardRealignStaged, AOneSegmentGroupOfAMultiSegmentLaunch) {
     spec.stats = true;
     return spec;
   };
-  const ForwardSpec paired = spec_of(DType::kF32, NormOp::kRmsNorm, 97, 2049, 1);
-  ForwardSpec paired_one_row = paired;
-  paired_one_row.rows = 1;
+  ForwardSpec with_residual = spec_of(DType::kBF16, NormOp::kLayerNorm, 77, 4095, 3);
+  with_residual.residual = with_residual.residual_out = true;
+  ForwardSpec with_residual_one_row = with_residual;
+  with_residual_one_row.rows = 1;
   const std::vector<ForwardSpec> specs = {
       spec_of(DType::kBF16, NormOp::kLayerNorm, 301, 2049, 3),  // a group of one: staged
       spec_of(DType::kF16, NormOp::kRmsNorm, 1000, 33, 5),      // a group of one: staged
       spec_of(DType::kBF16, NormOp::kLayerNorm, 64, 4096, 0),   // aligned: no realigning
-      paired,                                                   // a group of two: shifting
-      paired_one_row,
+      spec_of(DType::kF32, NormOp::kRmsNorm, 97, 2049, 1),      // a table of two: staged
+      spec_of(DType::kF32, NormOp::kRmsNorm, 5, 2051, 2),       // (513 chunks, the same plan)
+      with_residual,                                            // a table of two: shifting
+      with_residual_one_row,
   };
   std::vector<std::unique_ptr<ForwardCase>> cases;
   std::vector<std::vector<uint8_t>> alone;
   std::vector<ForwardSegment> segments;
   for (const ForwardSpec& spec : specs) {
+    ASSERT_TRUE(spec.hidden == 4096 ? !Misaligned(spec) : RealignServes(spec)) << Describe(spec);
     cases.push_back(std::make_unique<ForwardCase>(spec, rng));
     ForwardCase& c = *cases.back();
     c.Upload();
@@ -186,8 +203,8 @@ TEST(ForwardRealignStaged, AOneSegmentGroupOfAMultiSegmentLaunch) {
     c.PoisonOutputs();
     segments.push_back(c.Segment());
   }
-  ASSERT_TRUE(RealignServes(specs[0]) && RealignServes(specs[1]) && RealignServes(paired));
-  ASSERT_FALSE(Misaligned(specs[2]));
+  ASSERT_EQ(detail::PlanForward(2049, DType::kF32).slots,
+            detail::PlanForward(2051, DType::kF32).slots);
 
   DeviceBuffer workspace(ForwardWorkspaceBytes(static_cast<int>(segments.size())));
   const int64_t shifted = detail::RealignForwardLaunches();
@@ -199,7 +216,7 @@ TEST(ForwardRealignStaged, AOneSegmentGroupOfAMultiSegmentLaunch) {
     ASSERT_TRUE(st.ok()) << st.message();
   }
   CUDA_ASSERT_OK(cudaDeviceSynchronize());
-  EXPECT_EQ(detail::StagedRealignForwardLaunches() - staged, 2);
+  EXPECT_EQ(detail::StagedRealignForwardLaunches() - staged, 3);
   EXPECT_EQ(detail::RealignForwardLaunches() - shifted, 1);
   for (std::size_t i = 0; i < cases.size(); ++i) {
     cases[i]->Check("in a mixed launch under the staged policy");

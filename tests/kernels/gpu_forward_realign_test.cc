@@ -110,17 +110,21 @@ TEST(ForwardRealign, MatchesReferenceTheGeneralKernelAndTheSegmentTable) {
     segments.push_back(c->Segment());
     segments.push_back(companions.back()->Segment());
   }
-  // One launch per launch key (forward_segments.h), so the realigning
-  // kernel runs once for each key whose segments it serves.
-  std::set<uint64_t> realign_keys;
+  // One launch per launch key (forward_segments.h): the shifting kernel's
+  // for realigned keys with a residual, the staged kernel's for those
+  // without (realign_policy.h).
+  std::set<uint64_t> shifted_keys;
+  std::set<uint64_t> staged_keys;
   for (const ForwardSegment& segment : segments) {
     const detail::KernelPlan plan = detail::PlanForward(segment.hidden, segment.x_dtype);
     const detail::ForwardPath path = detail::SegmentPath(segment, plan);
     if (path == detail::ForwardPath::kRealign) {
-      realign_keys.insert(detail::SegmentLaunchKey(segment, plan, path));
+      (segment.residual != nullptr ? shifted_keys : staged_keys)
+          .insert(detail::SegmentLaunchKey(segment, plan, path));
     }
   }
-  ASSERT_FALSE(realign_keys.empty());
+  ASSERT_FALSE(shifted_keys.empty());
+  ASSERT_FALSE(staged_keys.empty());
   DeviceBuffer workspace(ForwardWorkspaceBytes(static_cast<int>(segments.size())));
   const int64_t realign_before = detail::RealignForwardLaunches();
   const int64_t staged_before = detail::StagedRealignForwardLaunches();
@@ -128,10 +132,10 @@ TEST(ForwardRealign, MatchesReferenceTheGeneralKernelAndTheSegmentTable) {
                                   workspace.get(), workspace.bytes(), nullptr, nullptr);
   ASSERT_TRUE(st.ok()) << st.message();
   CUDA_ASSERT_OK(cudaDeviceSynchronize());
-  // Every group has two segments: the shifting kernel serves them all.
   EXPECT_EQ(detail::RealignForwardLaunches() - realign_before,
-            static_cast<int64_t>(realign_keys.size()));
-  EXPECT_EQ(detail::StagedRealignForwardLaunches(), staged_before);
+            static_cast<int64_t>(shifted_keys.size()));
+  EXPECT_EQ(detail::StagedRealignForwardLaunches() - staged_before,
+            static_cast<int64_t>(staged_keys.size()));
   for (auto& c : companions) c->Check("companion in the mixed launch");
   for (std::size_t i = 0; i < cases.size(); ++i) {
     EXPECT_EQ(cases[i]->DenseOutputBytes(), alone[i]) << Describe(cases[i]->spec());
