@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Packs what a GPU run needs into one compressed archive that travels to the
-# GPU machine with the checkout. Each binary linked with the kernels carries
-# their device code (about 36 MB for sm_90), so the plain folder of
-# binaries is several times the 64 MiB a call may carry; xz brings each to
-# about 7 MB.
+# GPU machine with the checkout. The gpu preset builds the kernels as one
+# shared library (NORMSVC_SHARED_KERNELS), so their device code (about 50
+# MB for sm_90) is in the bundle once and the whole bundle is about 22 MB
+# with xz; a build with the kernels static puts a copy in every binary
+# linked with them (about 7 MB each with xz).
 #
 #   kernels/bench/pack_gpu_bundle.sh BUILD_DIR [DEST [BINARY...]]   (here; DEST defaults to .gpu)
 #
 # BINARY...: paths in the build tree that replace the default list below,
 # for a call that needs only some of them (a call carries at most 64 MiB,
-# the checkout included; the whole bundle is 50-60 MB), e.g.
+# the checkout included), e.g.
 #   kernels/bench/pack_gpu_bundle.sh build-gpu .gpu tests/kernels/kernels_gpu_test kernels/bench/norm_bench
 #
 # BUILD_DIR: a Release build made here for sm_90 (cmake --preset gpu, then
@@ -17,8 +18,8 @@
 # build tree> for the GPU tests, the benchmarks, the server and its tests,
 # the load generator and the echo server (client/bench/service_vs_echo.sh
 # .gpu/bin OUT), and lib/ with the shared libraries they load that the GPU machine lacks
-# (gRPC, protobuf, Abseil, prometheus-cpp, ...; not the C library, libstdc++
-# or the CUDA driver). On the GPU machine, from the repository root:
+# (libnormsvc_kernels.so, gRPC, protobuf, Abseil, prometheus-cpp, the CUDA
+# runtime, ...; not the C library, libstdc++ or the CUDA driver). On the GPU machine, from the repository root:
 #
 #   tar -C .gpu -xJf .gpu/bundle.tar.xz
 #   LD_LIBRARY_PATH=$PWD/.gpu/lib .gpu/bin/tests/kernels/kernels_gpu_test
