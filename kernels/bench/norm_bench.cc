@@ -226,10 +226,12 @@ enum class TableDelivery {
   // LaunchForward: built into pinned staging, which the kernel reads in
   // place over the bus.
   kMappedStaging,
-  // What the server does: built into pinned staging, copied to the device
-  // on the stream, then LaunchForwardWithUploadedTable. Every block of a
+  // As the server does: built into pinned staging, copied to the device on
+  // the stream, then LaunchForwardWithUploadedTable. Every block of a
   // segment of many rows reads the segment's entry, so a table read over
-  // the bus costs those blocks a bus round trip each.
+  // the bus costs those blocks a bus round trip each. Unlike the server,
+  // whose table travels in the copy of its inputs, the table is copied on
+  // its own inside the timed interval: its latency and hand-off count.
   kUploaded,
 };
 
