@@ -307,11 +307,12 @@ Record MultiSegment(const Pool& pool, cudaStream_t stream, bool graph) {
 constexpr int64_t kSegmentCaseElements = int64_t{64} * 128 * 2049;
 
 // A server batch of realigned requests: 64 segments of 128 rows of
-// H = 2049 (rows off a 16-byte boundary) in one LaunchForward, against one
+// H = 2049 (rows off a 16-byte boundary) in one launch, against one
 // 8192 x 2049 tensor (one segment), eager, the table uploaded as the server
 // uploads it: what a table of segments costs the realigning kernels.
-// With kMappedStaging (`realigned_segments_mapped`) the kernel reads the
-// table in place, as LaunchForward has it do.
+// With kMappedStaging (`realigned_segments_mapped`) through LaunchForward
+// with pinned staging, which reads the table in place only for segments of
+// one or two rows: this batch's table is copied.
 Record RealignedSegments(const Pool& pool, cudaStream_t stream, TableDelivery delivery) {
   const int64_t hidden = 2049, count = 64, rows_each = 128;
   Record r{

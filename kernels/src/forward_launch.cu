@@ -387,6 +387,19 @@ const void* MappedPinnedPointer(const void* host) {
   return attributes.type == cudaMemoryTypeHost ? attributes.devicePointer : nullptr;
 }
 
+// Whether the kernels should read a table in pinned staging in place rather
+// than from a copy in the workspace: only when the segments average at most
+// two rows. Every block reads the entries of its rows' segments, over the
+// bus a round trip a block: one-row segments pay it once each, less than a
+// copy and its hand-off (BENCHMARKS.md, round 9), while a segment of many
+// rows pays it for every block it spans (64 segments of 128 x 2049 bf16:
+// 44-114 us more than an uploaded table, 2026-12-07).
+bool TableReadInPlacePays(const ForwardSegment* segments, int count) {
+  int64_t rows = 0;
+  for (int i = 0; i < count; ++i) rows += segments[i].rows;
+  return rows <= int64_t{2} * count;
+}
+
 // Points the launches' table pointers, laid out from `from`, at the same
 // image laid out from `to`.
 void RebaseTable(const void* from, const void* to, PreparedForward* prepared) {
@@ -436,11 +449,11 @@ Status LaunchForward(const ForwardSegment* segments, int count, void* device_wor
     return st;
   }
   if (prepared.table_bytes > 0) {
-    // Pinned staging is mapped into the device's address space: the kernels
-    // read the table where it lies, with no copy on the stream before them
-    // (a copy and its hand-off to the kernel cost more than the kernel's
-    // reads of it over the bus: BENCHMARKS.md, round 9).
-    const void* mapped = MappedPinnedPointer(host_staging);
+    // Pinned staging is mapped into the device's address space: for short
+    // segments the kernels read the table where it lies, with no copy on
+    // the stream before them (TableReadInPlacePays).
+    const void* mapped =
+        TableReadInPlacePays(segments, count) ? MappedPinnedPointer(host_staging) : nullptr;
     if (mapped != nullptr) {
       RebaseTable(device_workspace, mapped, &prepared);
     } else {

@@ -309,7 +309,7 @@ void CheckMixedLaunchBothWays(const std::vector<ForwardSegment>& segments,
   CUDA_ASSERT_OK(cudaMallocHost(&pinned, workspace.bytes()));
   const std::unique_ptr<void, cudaError_t (*)(void*)> pinned_owner(pinned, cudaFreeHost);
   for (void* staging : {static_cast<void*>(nullptr), pinned}) {
-    const std::string how = staging == nullptr ? "mixed launch" : "mixed launch, table in place";
+    const std::string how = staging == nullptr ? "mixed launch" : "mixed launch, pinned staging";
     for (auto& c : cases) c->PoisonOutputs();
     workspace.Poison(0xA5);
     const Status st =

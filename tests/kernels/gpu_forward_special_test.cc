@@ -8,6 +8,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -40,6 +41,28 @@ enum class RowKind {
 bool InFirstWarp(const detail::KernelPlan& plan, int64_t c) {
   const int64_t chunk = c / plan.width;
   return chunk % plan.row_threads < 32;
+}
+
+// `p` advanced by `elements` elements of `dtype` (null stays null).
+template <typename T>
+T* AdvanceElements(T* p, int64_t elements, DType dtype) {
+  using Byte = std::conditional_t<std::is_const_v<T>, const unsigned char, unsigned char>;
+  if (p == nullptr) return p;
+  return static_cast<Byte*>(p) + elements * static_cast<int64_t>(DTypeSize(dtype));
+}
+
+// Row r of `segment` as a one-row segment of its own.
+ForwardSegment RowOf(ForwardSegment segment, int64_t r) {
+  segment.x = AdvanceElements(segment.x, r * segment.x_row_stride, segment.x_dtype);
+  segment.residual =
+      AdvanceElements(segment.residual, r * segment.residual_row_stride, segment.x_dtype);
+  segment.residual_out =
+      AdvanceElements(segment.residual_out, r * segment.residual_out_row_stride, segment.x_dtype);
+  segment.out = AdvanceElements(segment.out, r * segment.out_row_stride, segment.out_dtype);
+  if (segment.mean != nullptr) segment.mean += r;
+  if (segment.rstd != nullptr) segment.rstd += r;
+  segment.rows = 1;
+  return segment;
 }
 
 void WriteRow(HostTensor& t, int64_t r, RowKind kind, const detail::KernelPlan& plan,
@@ -197,11 +220,16 @@ TEST(ForwardBatchInvariance, MixedLaunchMatchesEachTensorAlone) {
     EXPECT_EQ(cases[i]->OutputBytes(), alone[i]) << "two-step " << Describe(cases[i]->spec());
   }
 
-  // The same launch with pinned staging, whose table the kernels read in
-  // place, plus a tensor of a plan no other segment has (a launch without a
-  // table among the launches that read it); the workspace is poisoned, so a
-  // kernel that read it instead of the staging would fail.
+  // With pinned staging the kernels read a table in place only for segments
+  // of one or two rows on average: every row of every tensor as a one-row
+  // segment, plus a tensor of a plan no other segment has (a launch without
+  // a table among the launches that read it); the workspace is poisoned, so
+  // a kernel that read it instead of the staging would fail.
   for (auto& c : cases) c->PoisonOutputs();
+  std::vector<ForwardSegment> row_segments;
+  for (auto& c : cases) {
+    for (int64_t r = 0; r < c->spec().rows; ++r) row_segments.push_back(RowOf(c->Segment(), r));
+  }
   ForwardSpec lone;
   lone.x_dtype = lone.out_dtype = lone.param_dtype = DType::kF16;
   lone.rows = 5;
@@ -210,7 +238,7 @@ TEST(ForwardBatchInvariance, MixedLaunchMatchesEachTensorAlone) {
   lone_case.Upload();
   const std::vector<uint8_t> lone_alone = RunAlone(lone_case);
   lone_case.PoisonOutputs();
-  std::vector<ForwardSegment> with_lone = segments;
+  std::vector<ForwardSegment> with_lone = row_segments;
   with_lone.insert(with_lone.begin() + 3, lone_case.Segment());
   DeviceBuffer pinned_workspace(ForwardWorkspaceBytes(static_cast<int>(with_lone.size())));
   CUDA_ASSERT_OK(cudaMemset(pinned_workspace.get(), 0xA5, pinned_workspace.bytes()));
@@ -226,6 +254,21 @@ TEST(ForwardBatchInvariance, MixedLaunchMatchesEachTensorAlone) {
     EXPECT_EQ(cases[i]->OutputBytes(), alone[i]) << "in place " << Describe(cases[i]->spec());
   }
   EXPECT_EQ(lone_case.OutputBytes(), lone_alone) << "in place, lone plan";
+
+  // The whole tensors with pinned staging: their table is copied to the
+  // workspace on the stream (poisoned first).
+  for (auto& c : cases) c->PoisonOutputs();
+  CUDA_ASSERT_OK(cudaMemset(pinned_workspace.get(), 0xA5, pinned_workspace.bytes()));
+  CUDA_ASSERT_OK(cudaMallocHost(&staging, pinned_workspace.bytes()));
+  const Status copied =
+      LaunchForward(segments.data(), static_cast<int>(segments.size()), pinned_workspace.get(),
+                    pinned_workspace.bytes(), staging, nullptr);
+  CUDA_ASSERT_OK(cudaDeviceSynchronize());
+  CUDA_ASSERT_OK(cudaFreeHost(staging));
+  ASSERT_TRUE(copied.ok()) << copied.message();
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(cases[i]->OutputBytes(), alone[i]) << "copied " << Describe(cases[i]->spec());
+  }
 }
 
 // 1,000 one-row segments of H = 4096 in one launch give the bits of one

@@ -20,15 +20,16 @@ std::size_t ForwardWorkspaceBytes(int segment_count);
 // what else is in the launch. Segments of one configuration go in one kernel
 // launch. `host_staging`, if not null, is host memory of at least
 // ForwardWorkspaceBytes(count) that receives the table. When it is pinned
-// and 16-byte aligned the kernels read the table in place (pinned memory is
-// mapped into the device's address space): it must then stay untouched
-// until the launches have finished on the stream, also when this returns an
-// error (the launches enqueued before it still read it). Otherwise, or with
-// no staging, the table is copied to the workspace on the stream (from
-// pageable memory: synchronous with the host, not capturable in a CUDA
-// graph). A table exists only when two or more segments share a plan; the
-// workspace is checked then (it is required even when the table is read in
-// place, so that a call's validity does not depend on the memory's kind). Segments whose
+// and 16-byte aligned, the table is read from it on the device: in place
+// (pinned memory is mapped into the device's address space) when the
+// segments average at most two rows, else through a copy to the workspace
+// on the stream; either way it must stay untouched until the launches have
+// finished on the stream, also when this returns an error (the launches
+// enqueued before it still read it). Otherwise, or with no staging, the
+// table is copied to the workspace on the stream (from pageable memory:
+// synchronous with the host, not capturable in a CUDA graph). A table exists only when two or more
+// segments share a plan; the workspace is checked then (it is required even when the table is read
+// in place, so that a call's validity does not depend on the memory's kind). Segments whose
 // pointers are 16-byte aligned and whose row pitches are multiples of 16
 // bytes use 16-byte accesses (same results either way).
 Status LaunchForward(const ForwardSegment* segments, int count, void* device_workspace,
