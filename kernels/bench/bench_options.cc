@@ -17,7 +17,6 @@ constexpr const char kUsage[] =
     "                  [--dtype bf16|fp32]\n"
     "                  [--ring off|two-block-clusters|every-plan]\n"
     "                  [--param_staging off|one-wave] [--realign shift|staged]\n"
-    "                  [--realign-stages 2|3|4]\n"
     "                  [--backward-realign on|off]\n"
     "                  [--elements N] [--affine full|gamma|none]"
     " [--column-reduce auto|narrow|wide]\n";
@@ -111,11 +110,6 @@ int ParseBenchOptions(int argc, char** argv, BenchOptions* options) {
       detail::SetBackwardRealignEnabled(enabled == "on");
     } else if (is("--ring")) {
       if (!SetNamed(flag, kRingPolicies, value, detail::SetRingPolicy)) return 2;
-    } else if (is("--realign-stages")) {
-      if (!detail::SetRealignStages(std::atoi(value))) {
-        std::fprintf(stderr, "norm_bench: --realign-stages takes 2, 3 or 4, not %s\n", value);
-        return 2;
-      }
     } else if (is("--realign")) {
       if (!SetNamed(flag, kRealignPolicies, value, detail::SetRealignPolicy)) return 2;
     } else if (is("--param_staging")) {

@@ -421,13 +421,12 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf(
-      "device: %s, %d SMs, L2 %d MB, ring %s, param_staging %s, realign %s (%d stages), large "
+      "device: %s, %d SMs, L2 %d MB, ring %s, param_staging %s, realign %s, large "
       "shapes of %lld elements, forward affine %s\n",
       prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, RingPolicyName(GetRingPolicy()),
       ParamStagingName(normsvc::kernels::detail::GetParamStaging()),
       NameOf(kRealignPolicies, normsvc::kernels::detail::GetRealignPolicy()),
-      normsvc::kernels::detail::GetRealignStages(), static_cast<long long>(large_elements),
-      AffineName(forward_affine));
+      static_cast<long long>(large_elements), AffineName(forward_affine));
   cudaStream_t stream;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   std::vector<Record> records;

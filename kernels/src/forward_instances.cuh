@@ -9,6 +9,7 @@
 #include "forward_ring_kernel.cuh"
 #include "forward_staged_kernel.cuh"
 #include "kernel_registry.h"
+#include "realign_policy.h"
 
 namespace normsvc::kernels::detail {
 
@@ -113,18 +114,10 @@ ForwardKernel RealignStagedForwardKernelFor(const KernelPlan& plan) {
   return nullptr;
 }
 
-template <typename T, typename P, bool kSingle>
-ForwardKernel RealignStagedForwardKernelFor(const KernelPlan& plan, int stages) {
-  if (stages == 2) return RealignStagedForwardKernelFor<T, P, kSingle, 2>(plan);
-  if (stages == 3) return RealignStagedForwardKernelFor<T, P, kSingle, 3>(plan);
-  if (stages == 4) return RealignStagedForwardKernelFor<T, P, kSingle, 4>(plan);
-  return nullptr;
-}
-
 template <typename T, typename P>
-ForwardKernel RealignStagedForwardKernelFor(const KernelPlan& plan, bool single, int stages) {
-  return single ? RealignStagedForwardKernelFor<T, P, true>(plan, stages)
-                : RealignStagedForwardKernelFor<T, P, false>(plan, stages);
+ForwardKernel RealignStagedForwardKernelFor(const KernelPlan& plan, bool single) {
+  return single ? RealignStagedForwardKernelFor<T, P, true, kRealignForwardStages>(plan)
+                : RealignStagedForwardKernelFor<T, P, false, kRealignForwardStages>(plan);
 }
 
 // The ring kernel of `op` (see UsesRingForward in kernel_registry.h), with

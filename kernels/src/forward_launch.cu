@@ -182,13 +182,12 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
     // same bits as the realigning kernel's). Where the device cannot hold
     // a block of it (an occupancy query failed), the shifting kernel below
     // serves instead: it needs no dynamic shared memory.
-    const int stages = detail::GetRealignStages();
     const bool single = params.segment_count == 1;
     const detail::ForwardKernel staged =
-        detail::FindRealignStagedForwardKernel(x_dtype, plan, param_dtype, single, stages);
+        detail::FindRealignStagedForwardKernel(x_dtype, plan, param_dtype, single);
     if (staged == nullptr) return Status(Code::kInternal, "no staged realigning kernel");
-    const std::size_t smem =
-        detail::RealignStagedSmemBytes(plan.groups, plan.slots * plan.row_threads, stages);
+    const std::size_t smem = detail::RealignStagedSmemBytes(
+        plan.groups, plan.slots * plan.row_threads, detail::kRealignForwardStages);
     if (const int64_t resident = ResidentUnits(staged, plan, smem); resident > 0) {
       const Status launched = LaunchPersistent(staged, plan, smem, resident, params, stream);
       if (launched.ok()) detail::staged_realign_launches.fetch_add(1, std::memory_order_relaxed);

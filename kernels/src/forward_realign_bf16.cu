@@ -11,10 +11,10 @@ ForwardKernel FindRealignForwardKernelBF16(const KernelPlan& plan, DType param_d
 }
 
 ForwardKernel FindRealignStagedForwardKernelBF16(const KernelPlan& plan, DType param_dtype,
-                                                 bool single, int stages) {
+                                                 bool single) {
   return param_dtype == DType::kF32
-             ? RealignStagedForwardKernelFor<__nv_bfloat16, float>(plan, single, stages)
-             : RealignStagedForwardKernelFor<__nv_bfloat16, __nv_bfloat16>(plan, single, stages);
+             ? RealignStagedForwardKernelFor<__nv_bfloat16, float>(plan, single)
+             : RealignStagedForwardKernelFor<__nv_bfloat16, __nv_bfloat16>(plan, single);
 }
 
 }  // namespace normsvc::kernels::detail

@@ -10,10 +10,9 @@ ForwardKernel FindRealignForwardKernelF16(const KernelPlan& plan, DType param_dt
 }
 
 ForwardKernel FindRealignStagedForwardKernelF16(const KernelPlan& plan, DType param_dtype,
-                                                bool single, int stages) {
-  return param_dtype == DType::kF32
-             ? RealignStagedForwardKernelFor<__half, float>(plan, single, stages)
-             : RealignStagedForwardKernelFor<__half, __half>(plan, single, stages);
+                                                bool single) {
+  return param_dtype == DType::kF32 ? RealignStagedForwardKernelFor<__half, float>(plan, single)
+                                    : RealignStagedForwardKernelFor<__half, __half>(plan, single);
 }
 
 }  // namespace normsvc::kernels::detail

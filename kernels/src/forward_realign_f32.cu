@@ -9,10 +9,9 @@ ForwardKernel FindRealignForwardKernelF32(const KernelPlan& plan, DType param_dt
 }
 
 ForwardKernel FindRealignStagedForwardKernelF32(const KernelPlan& plan, DType param_dtype,
-                                                bool single, int stages) {
-  return param_dtype == DType::kF32
-             ? RealignStagedForwardKernelFor<float, float>(plan, single, stages)
-             : nullptr;
+                                                bool single) {
+  return param_dtype == DType::kF32 ? RealignStagedForwardKernelFor<float, float>(plan, single)
+                                    : nullptr;
 }
 
 }  // namespace normsvc::kernels::detail

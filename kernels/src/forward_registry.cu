@@ -43,14 +43,14 @@ ForwardKernel FindForwardKernel(DType x_dtype, const KernelPlan& plan, ForwardPa
 }
 
 ForwardKernel FindRealignStagedForwardKernel(DType x_dtype, const KernelPlan& plan,
-                                             DType param_dtype, bool single, int stages) {
+                                             DType param_dtype, bool single) {
   switch (x_dtype) {
     case DType::kF32:
-      return FindRealignStagedForwardKernelF32(plan, param_dtype, single, stages);
+      return FindRealignStagedForwardKernelF32(plan, param_dtype, single);
     case DType::kF16:
-      return FindRealignStagedForwardKernelF16(plan, param_dtype, single, stages);
+      return FindRealignStagedForwardKernelF16(plan, param_dtype, single);
     case DType::kBF16:
-      return FindRealignStagedForwardKernelBF16(plan, param_dtype, single, stages);
+      return FindRealignStagedForwardKernelBF16(plan, param_dtype, single);
   }
   return nullptr;
 }

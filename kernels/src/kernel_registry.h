@@ -118,7 +118,7 @@ BackwardKernel FindBackwardKernel(DType x_dtype, const KernelPlan& plan, int64_t
 // ForwardRealignStagedKernel for a realigning plan (`single`: one segment,
 // else the segment table); null when none matches.
 ForwardKernel FindRealignStagedForwardKernel(DType x_dtype, const KernelPlan& plan,
-                                             DType param_dtype, bool single, int stages);
+                                             DType param_dtype, bool single);
 ForwardKernel FindRingForwardKernel(DType x_dtype, const KernelPlan& plan, DType param_dtype,
                                     NormOp op);
 ForwardKernel FindParamStagedForwardKernel(DType x_dtype, const KernelPlan& plan);
@@ -133,11 +133,11 @@ ForwardKernel FindRealignForwardKernelF32(const KernelPlan& plan, DType param_dt
 ForwardKernel FindRealignForwardKernelF16(const KernelPlan& plan, DType param_dtype, bool single);
 ForwardKernel FindRealignForwardKernelBF16(const KernelPlan& plan, DType param_dtype, bool single);
 ForwardKernel FindRealignStagedForwardKernelF32(const KernelPlan& plan, DType param_dtype,
-                                                bool single, int stages);
+                                                bool single);
 ForwardKernel FindRealignStagedForwardKernelF16(const KernelPlan& plan, DType param_dtype,
-                                                bool single, int stages);
+                                                bool single);
 ForwardKernel FindRealignStagedForwardKernelBF16(const KernelPlan& plan, DType param_dtype,
-                                                 bool single, int stages);
+                                                 bool single);
 ForwardKernel FindRingForwardKernelF32(const KernelPlan& plan, DType param_dtype, NormOp op);
 ForwardKernel FindRingForwardKernelF16(const KernelPlan& plan, DType param_dtype, NormOp op);
 ForwardKernel FindRingForwardKernelBF16(const KernelPlan& plan, DType param_dtype, NormOp op);

@@ -1,5 +1,6 @@
-// The realigning forward's process-wide settings (realign_policy.h): plain
-// C++, so that they exist, and are tested, in builds without CUDA too.
+// The realigning forward's process-wide setting (realign_policy.h): plain
+// C++, so that it exists in builds without CUDA too (norm_bench and the
+// tests set it).
 #include "realign_policy.h"
 
 #include <atomic>
@@ -8,7 +9,6 @@ namespace normsvc::kernels::detail {
 namespace {
 
 std::atomic<RealignPolicy> realign_policy{RealignPolicy::kStaged};
-std::atomic<int> realign_stages{2};
 
 }  // namespace
 
@@ -16,14 +16,6 @@ RealignPolicy GetRealignPolicy() { return realign_policy.load(std::memory_order_
 
 void SetRealignPolicy(RealignPolicy policy) {
   realign_policy.store(policy, std::memory_order_relaxed);
-}
-
-int GetRealignStages() { return realign_stages.load(std::memory_order_relaxed); }
-
-bool SetRealignStages(int stages) {
-  if (stages < 2 || stages > 4) return false;
-  realign_stages.store(stages, std::memory_order_relaxed);
-  return true;
 }
 
 }  // namespace normsvc::kernels::detail

@@ -25,13 +25,11 @@ enum class RealignPolicy : uint8_t {
 RealignPolicy GetRealignPolicy();
 void SetRealignPolicy(RealignPolicy policy);
 
-// The stages of ForwardRealignStagedKernel's pipeline (2, 3 or 4: the row
-// group normalized and stages - 1 loading); default 2. Process-wide; a
-// tuning experiment's knob (norm_bench --realign-stages, the tests).
-// SetRealignStages refuses (returns false, the setting unchanged) any other
-// count: no staged kernel exists for it.
-int GetRealignStages();
-bool SetRealignStages(int stages);
+// The stages of ForwardRealignStagedKernel's pipeline: the row group
+// normalized and one loading. The kernel takes the count as a template
+// parameter; 3 and 4 lost 0.01-0.06 of copy at every realigned shape on an
+// H100 (kernels/BENCHMARKS.md, rounds 39-41), so only 2 is compiled.
+inline constexpr int kRealignForwardStages = 2;
 
 // Launches of ForwardRealignStagedKernel so far in this process (for tests:
 // proof that a case took it).

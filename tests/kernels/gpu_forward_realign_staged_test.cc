@@ -23,8 +23,7 @@ namespace {
 
 // Runs the case alone under `policy` (realign_policy.h); the launch counters
 // say which realigning kernel served it.
-std::vector<uint8_t> RunUnderPolicy(ForwardCase& c, detail::RealignPolicy policy, int stages = 2) {
-  EXPECT_TRUE(detail::SetRealignStages(stages)) << stages;
+std::vector<uint8_t> RunUnderPolicy(ForwardCase& c, detail::RealignPolicy policy) {
   c.PoisonOutputs();
   const int64_t shifted = detail::RealignForwardLaunches();
   const int64_t staged = detail::StagedRealignForwardLaunches();
@@ -39,7 +38,6 @@ std::vector<uint8_t> RunUnderPolicy(ForwardCase& c, detail::RealignPolicy policy
   EXPECT_EQ(detail::StagedRealignForwardLaunches() - staged, is_staged ? 1 : 0)
       << Describe(c.spec());
   EXPECT_EQ(detail::RealignForwardLaunches() - shifted, is_staged ? 0 : 1) << Describe(c.spec());
-  detail::SetRealignStages(2);
   return c.DenseOutputBytes();
 }
 
@@ -68,10 +66,6 @@ TEST(ForwardRealignStaged, MatchesReferenceAndTheShiftingKernelBitForBit) {
         ForwardCase c(spec, rng);
         c.Upload();
         const std::vector<uint8_t> shifted = RunUnderPolicy(c, detail::RealignPolicy::kShift);
-        for (int stages : {3, 4}) {
-          EXPECT_EQ(RunUnderPolicy(c, detail::RealignPolicy::kStaged, stages), shifted)
-              << stages << " stages, " << Describe(spec);
-        }
         const std::vector<uint8_t> staged = RunUnderPolicy(c, detail::RealignPolicy::kStaged);
         c.Check("staged realigning kernel");
         EXPECT_EQ(staged, shifted) << Describe(spec);
@@ -94,10 +88,6 @@ TEST(ForwardRealignStaged, ManyRowGroupsABlock) {
       ForwardCase c(spec, rng);
       c.Upload();
       const std::vector<uint8_t> shifted = RunUnderPolicy(c, detail::RealignPolicy::kShift);
-      for (int stages : {3, 4}) {
-        EXPECT_EQ(RunUnderPolicy(c, detail::RealignPolicy::kStaged, stages), shifted)
-            << stages << " stages, " << Describe(spec);
-      }
       const std::vector<uint8_t> staged = RunUnderPolicy(c, detail::RealignPolicy::kStaged);
       c.Check("staged realigning kernel, many rows");
       EXPECT_EQ(staged, shifted) << Describe(spec);
