@@ -8,10 +8,31 @@
 
 namespace normsvc::soak {
 
+// Counts a call as open from Start until its Call is destroyed: the
+// member declared first, so destroyed last, after the ClientContext. Its
+// context holds a reference to the channel, so a call ends only once that
+// reference is gone: after WaitAll the caller's channels hold the last
+// references, and destroying them (read_memory in soak_main.cc) never
+// leaves a channel to be destroyed on a gRPC callback thread, where the
+// completion's lambda drops the Call. A CI run once aborted with a heap
+// corruption about 4 s after its load ended, where the channels are
+// replaced, while the two cores were also compiling.
+struct UnaryLoad::OpenCall {
+  OpenCall() = default;
+  OpenCall(const OpenCall&) = delete;
+  OpenCall& operator=(const OpenCall&) = delete;
+  UnaryLoad* load = nullptr;
+  int64_t bytes = 0;
+  ~OpenCall() {
+    if (load != nullptr) load->CallEnded(bytes);
+  }
+};
+
 // One call. Shared by gRPC's completion callback and, for cancelled
 // requests, the cancellation queue (TryCancel on a finished call is a no-op
 // as long as its context lives).
 struct UnaryLoad::Call {
+  OpenCall open;  // first: destroyed after the context
   Category category = kValid;
   int index = 0;
   int64_t bytes = 0;
@@ -66,6 +87,8 @@ void UnaryLoad::Start(Category category, int index, std::chrono::microseconds de
   tally_->Sent(category);
   open_calls_.fetch_add(1);
   open_bytes_.fetch_add(call->bytes);
+  call->open.load = this;  // counted open from here until the Call is destroyed
+  call->open.bytes = call->bytes;
   v1::Normalizer::Stub* stub = stubs_[next_stub_.fetch_add(1) % stubs_.size()];
   if (category == kCancelled) {
     {
@@ -106,11 +129,14 @@ void UnaryLoad::OnDone(Call& call, const grpc::Status& status) {
     const int pick = std::uniform_int_distribution<int>(0, closed_loop_indices_.size() - 1)(rng);
     Start(kValid, closed_loop_indices_[pick], std::chrono::seconds(30), {});
   }
-  open_bytes_.fetch_sub(call.bytes);
-  if (open_calls_.fetch_sub(1) == 1) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    idle_cv_.notify_all();
-  }
+}
+
+void UnaryLoad::CallEnded(int64_t bytes) {
+  open_bytes_.fetch_sub(bytes);
+  // Under the mutex, so that WaitAll returns only after this thread is done
+  // with the object (the load may be destroyed next).
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (open_calls_.fetch_sub(1) == 1) idle_cv_.notify_all();
 }
 
 void UnaryLoad::ClosedLoop(int concurrency, std::chrono::milliseconds duration,

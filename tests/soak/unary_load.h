@@ -55,8 +55,9 @@ class UnaryLoad {
   // The stubs later calls go out on. Only while no call is open (after
   // WaitAll); an empty list until the next call is allowed.
   void ReplaceStubs(std::vector<v1::Normalizer::Stub*> stubs);
-  // Waits until every call has its final status, at most `timeout`;
-  // returns how many are still open (lost).
+  // Waits until every call has its final status and its Call (context and
+  // all) is destroyed, at most `timeout`; returns how many are still open
+  // (lost).
   int64_t WaitAll(std::chrono::milliseconds timeout);
 
   uint64_t late_arrivals() const { return late_arrivals_.load(); }
@@ -66,11 +67,13 @@ class UnaryLoad {
   }
 
  private:
+  struct OpenCall;
   struct Call;
   void Start(Category category, int index, std::chrono::microseconds deadline,
              std::chrono::microseconds cancel_after);
   void ClosedLoop(int concurrency, std::chrono::milliseconds duration, std::vector<int> indices);
   void OnDone(Call& call, const grpc::Status& status);
+  void CallEnded(int64_t bytes);  // from OpenCall's destructor
   void CancelLoop();
 
   const Workload& workload_;
