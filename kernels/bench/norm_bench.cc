@@ -223,8 +223,9 @@ std::vector<ForwardSegment> OneRowSegments(const Pool& pool, int set, int64_t co
 
 // How a segment case hands its table to the kernel.
 enum class TableDelivery {
-  // LaunchForward: built into pinned staging, which the kernel reads in
-  // place over the bus.
+  // LaunchForward with pinned staging: the kernels read the table in place
+  // over the bus for segments of one or two rows on average, else it is
+  // copied to the device on the stream first.
   kMappedStaging,
   // As the server does: built into pinned staging, copied to the device on
   // the stream, then LaunchForwardWithUploadedTable. Every block of a

@@ -75,8 +75,9 @@ void AddAlignedAndMisalignedPair(ForwardSpec spec, std::mt19937_64& rng,
 std::vector<uint8_t> RunAlone(ForwardCase& c);
 
 // Launches `segments` (the segments of `cases`, and any others) as one
-// multi-segment launch twice: the segment table copied to a device
-// workspace, then read in place from pinned memory. After each, every case
+// multi-segment launch twice: from pageable memory (the table copied to the
+// workspace), then from pinned staging (read in place when the segments
+// average two rows or fewer, else copied). After each, every case
 // must give the bits it gave alone (`alone[i]`, from RunAlone) and pass its
 // Check; prints the largest error / tolerance under `tag`.
 void CheckMixedLaunchBothWays(const std::vector<ForwardSegment>& segments,

@@ -38,8 +38,8 @@ constexpr DTypes kDTypes[] = {
 // it runs as a table entry or alone, for every pairing of input, output and
 // parameter dtypes above: each tensor alone (LaunchForwardSegment), then all
 // of them in one launch interleaved with one-row segments of their first
-// rows (the same values to the same places), with the table copied to the
-// workspace and read in place from pinned memory. A kernel whose
+// rows (the same values to the same places), with the table from pageable
+// memory and from pinned staging (CheckMixedLaunchBothWays). A kernel whose
 // configuration (vector width, rows a block, cluster) followed the launch's
 // mix, or that read one segment's dtypes for another's in a shared group,
 // gives other bits there.
