@@ -18,8 +18,8 @@ constexpr const char kUsage[] =
     "                  [--ring off|two-block-clusters|every-plan]\n"
     "                  [--param_staging off|one-wave] [--realign shift|staged]\n"
     "                  [--backward-realign on|off]\n"
-    "                  [--elements N] [--affine full|gamma|none]"
-    " [--column-reduce auto|narrow|wide]\n";
+    "                  [--elements N] [--affine full|gamma|none] [--residual]\n"
+    "                  [--column-reduce auto|narrow|wide]\n";
 
 // Sets the policy named `value` from `table`, or says which names there are.
 template <typename Policy, std::size_t N>
@@ -52,6 +52,8 @@ int ParseBenchOptions(int argc, char** argv, BenchOptions* options) {
       options->quick = true;
     } else if (is("--forward-only")) {
       options->forward_only = true;
+    } else if (is("--residual")) {
+      options->residual = true;
     } else if (is("--backward-only")) {
       options->backward_only = true;
     } else if (is("--backward-dx-only")) {

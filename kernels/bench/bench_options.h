@@ -5,7 +5,7 @@
 //              [--dtype bf16|fp32] [--ring off|two-block-clusters|every-plan]
 //              [--param_staging off|one-wave] [--realign shift|staged]
 //              [--backward-realign on|off] [--elements N] [--affine full|gamma|none]
-//              [--column-reduce auto|narrow|wide]
+//              [--residual] [--column-reduce auto|narrow|wide]
 //
 // --elements sets the large shapes' size: rows = ceil(N / H), N >= 2^20 (default 2^24, the
 // issue's floor of 16M elements; 2^26 is the 64M elements of a bf16 16384 x 4096 tensor).
@@ -20,6 +20,9 @@
 // --affine narrows the forward shapes' parameters (a diagnostic: what LayerNorm's beta, or any
 // affine, costs): full (default) passes gamma and, for LayerNorm, beta, as torch.nn.LayerNorm
 // has them; gamma passes gamma only; none neither. The bytes counted follow.
+// --residual gives the forward shapes a residual (the fused pre-norm add: x + residual
+// normalized, the sum written out; kind forward_residual): the bytes counted are x and the
+// residual read, out and the sum written, and the copy moves half of them.
 // --backward-only, --hidden and --dtype narrow the large shapes to the cases named (for
 // profiling one kernel); the small-batch and multi-segment cases run only when neither
 // --hidden nor --backward-only is given. --backward-dx-only is --backward-only without
@@ -47,6 +50,7 @@ struct BenchOptions {
   std::string only_dtype;         // empty: bf16 and fp32
   int64_t large_elements = int64_t{1} << 24;
   Affine affine = Affine::kFull;
+  bool residual = false;  // forward shapes with a residual and its sum written
 };
 
 // Reads the flags into `options` and sets the process-wide kernel policies

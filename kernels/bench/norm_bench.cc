@@ -40,11 +40,13 @@ int64_t large_elements = int64_t{1} << 24;
 int64_t PoolElements() { return large_elements + (int64_t{1} << 16); }
 int64_t LargeRows(int64_t hidden) { return (large_elements + hidden - 1) / hidden; }
 
-// The forward shapes' affine parameters (--affine).
+// The forward shapes' affine parameters (--affine), and whether they add a
+// residual and write the sum out (--residual).
 Affine forward_affine = Affine::kFull;
+bool forward_residual = false;
 
 struct Record {
-  std::string kind;  // forward, backward, small_batch, multi_segment
+  std::string kind;  // forward(_residual), backward, small_batch, multi_segment, ...
   std::string op, dtype, plan;
   int64_t rows = 0, hidden = 0;
   double micros = 0, bytes = 0, copy_micros = 0;
@@ -56,6 +58,7 @@ struct Pool {  // per dtype: x and out hold 1.5x elements for the backward copy
   void* x[kSets];
   void* dy[kSets];
   void* out[kSets];
+  void* sum[kSets];  // --residual's sums (null without it)
   void* gamma;
   void* beta;
   float* mean;
@@ -69,6 +72,7 @@ Pool MakePool(DType dtype) {
     p.x[s] = RandomDeviceArray(dtype, PoolElements() * 3 / 2, -2.0f, 2.0f, 11 + s);
     p.dy[s] = RandomDeviceArray(dtype, PoolElements(), -1.0f, 1.0f, 101 + s);
     p.out[s] = DeviceArray(PoolElements() * 3 / 2 * size);
+    p.sum[s] = forward_residual ? DeviceArray(PoolElements() * size) : nullptr;
   }
   p.gamma = RandomDeviceArray(dtype, 1 << 20, 0.5f, 1.5f, 7);
   p.beta = RandomDeviceArray(dtype, 1 << 20, -0.5f, 0.5f, 8);
@@ -114,7 +118,7 @@ Record Forward(NormOp op, DType dtype, int64_t hidden, const Pool& pool, int ite
                cudaStream_t stream) {
   const int64_t rows = LargeRows(hidden);
   const std::size_t size = kernels::DTypeSize(dtype);
-  Record r{"forward",
+  Record r{forward_residual ? "forward_residual" : "forward",
            kernels::NormOpName(op),
            kernels::DTypeName(dtype),
            PlanName(kernels::detail::PlanForward(hidden, dtype)),
@@ -123,11 +127,16 @@ Record Forward(NormOp op, DType dtype, int64_t hidden, const Pool& pool, int ite
   int params = 0;  // gamma and beta arrays read
   if (forward_affine != Affine::kNone) params = 1;
   if (forward_affine == Affine::kFull && op == NormOp::kLayerNorm) params = 2;
-  r.bytes = static_cast<double>(rows * hidden * 2 * size + params * hidden * size);
+  const int64_t tensors = forward_residual ? 4 : 2;  // x (and residual) read, out (and sum) written
+  r.bytes = static_cast<double>(rows * hidden * tensors * size + params * hidden * size);
   r.micros = MedianMicros(kSets, iterations, stream, [&](int s) {
-    CheckStatus(kernels::LaunchForwardSegment(
-                    Segment(op, dtype, rows, hidden, pool.x[s], pool.out[s], pool), stream),
-                "forward");
+    ForwardSegment segment = Segment(op, dtype, rows, hidden, pool.x[s], pool.out[s], pool);
+    if (forward_residual) {
+      segment.residual = pool.dy[s];
+      segment.residual_out = pool.sum[s];
+      segment.residual_row_stride = segment.residual_out_row_stride = hidden;
+    }
+    CheckStatus(kernels::LaunchForwardSegment(segment, stream), "forward");
   });
   r.copy_micros = MedianMicros(kSets, iterations, stream, [&](int s) {
     Check(cudaMemcpyAsync(pool.out[s], pool.x[s], static_cast<std::size_t>(r.bytes / 2),
@@ -375,18 +384,19 @@ void WriteJson(const char* path, const std::vector<Record>& records, const cudaD
     std::perror(path);
     return;
   }
-  std::fprintf(
-      f,
-      "{\"device\": \"%s\", \"sm_count\": %d, \"l2_bytes\": %d, \"ring\": \"%s\", "
-      "\"param_staging\": \"%s\", \"realign\": \"%s\", \"backward_realign\": \"%s\", "
-      "\"column_reduce\": \"%s\", \"large_elements\": %lld, \"affine\": \"%s\", \"records\": [\n",
-      prop.name, prop.multiProcessorCount, prop.l2CacheSize,
-      RingPolicyName(kernels::detail::GetRingPolicy()),
-      ParamStagingName(kernels::detail::GetParamStaging()),
-      NameOf(kRealignPolicies, kernels::detail::GetRealignPolicy()),
-      kernels::detail::BackwardRealignEnabled() ? "on" : "off",
-      NameOf(kColumnReduceForms, kernels::detail::GetColumnReduceForm()),
-      static_cast<long long>(large_elements), AffineName(forward_affine));
+  std::fprintf(f,
+               "{\"device\": \"%s\", \"sm_count\": %d, \"l2_bytes\": %d, \"ring\": \"%s\", "
+               "\"param_staging\": \"%s\", \"realign\": \"%s\", \"backward_realign\": \"%s\", "
+               "\"column_reduce\": \"%s\", \"large_elements\": %lld, \"affine\": \"%s\", "
+               "\"residual\": %s, \"records\": [\n",
+               prop.name, prop.multiProcessorCount, prop.l2CacheSize,
+               RingPolicyName(kernels::detail::GetRingPolicy()),
+               ParamStagingName(kernels::detail::GetParamStaging()),
+               NameOf(kRealignPolicies, kernels::detail::GetRealignPolicy()),
+               kernels::detail::BackwardRealignEnabled() ? "on" : "off",
+               NameOf(kColumnReduceForms, kernels::detail::GetColumnReduceForm()),
+               static_cast<long long>(large_elements), AffineName(forward_affine),
+               forward_residual ? "true" : "false");
   for (std::size_t i = 0; i < records.size(); ++i) {
     const Record& r = records[i];
     std::fprintf(f,
@@ -415,6 +425,7 @@ int main(int argc, char** argv) {
   }
   large_elements = options.large_elements;
   forward_affine = options.affine;
+  forward_residual = options.residual;
   const int iterations = options.iterations;
   const bool forward_only = options.forward_only;
   const bool backward_only = options.backward_only;
@@ -423,11 +434,12 @@ int main(int argc, char** argv) {
   Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf(
       "device: %s, %d SMs, L2 %d MB, ring %s, param_staging %s, realign %s, large "
-      "shapes of %lld elements, forward affine %s\n",
+      "shapes of %lld elements, forward affine %s%s\n",
       prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, RingPolicyName(GetRingPolicy()),
       ParamStagingName(normsvc::kernels::detail::GetParamStaging()),
       NameOf(kRealignPolicies, normsvc::kernels::detail::GetRealignPolicy()),
-      static_cast<long long>(large_elements), AffineName(forward_affine));
+      static_cast<long long>(large_elements), AffineName(forward_affine),
+      forward_residual ? " with a residual" : "");
   cudaStream_t stream;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   std::vector<Record> records;
