@@ -138,9 +138,14 @@ Record Forward(NormOp op, DType dtype, int64_t hidden, const Pool& pool, int ite
     }
     CheckStatus(kernels::LaunchForwardSegment(segment, stream), "forward");
   });
+  // The same bytes copied: x into out (and the residual into the sums).
+  const std::size_t copy_bytes =
+      static_cast<std::size_t>(r.bytes / 2) / static_cast<std::size_t>(forward_residual ? 2 : 1);
   r.copy_micros = MedianMicros(kSets, iterations, stream, [&](int s) {
-    Check(cudaMemcpyAsync(pool.out[s], pool.x[s], static_cast<std::size_t>(r.bytes / 2),
-                          cudaMemcpyDeviceToDevice, stream),
+    Check(cudaMemcpyAsync(pool.out[s], pool.x[s], copy_bytes, cudaMemcpyDeviceToDevice, stream),
+          "copy");
+    if (!forward_residual) return;
+    Check(cudaMemcpyAsync(pool.sum[s], pool.dy[s], copy_bytes, cudaMemcpyDeviceToDevice, stream),
           "copy");
   });
   return r;
