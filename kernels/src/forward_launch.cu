@@ -386,17 +386,20 @@ const void* MappedPinnedPointer(const void* host) {
   return attributes.type == cudaMemoryTypeHost ? attributes.devicePointer : nullptr;
 }
 
-// Whether the kernels should read a table in pinned staging in place rather
-// than from a copy in the workspace: only when the segments average at most
-// two rows. Every block reads the entries of its rows' segments, over the
-// bus a round trip a block: one-row segments pay it once each, less than a
-// copy and its hand-off (BENCHMARKS.md, round 9), while a segment of many
-// rows pays it for every block it spans (64 segments of 128 x 2049 bf16:
-// 44-114 us more than an uploaded table, 2026-12-07).
-bool TableReadInPlacePays(const ForwardSegment* segments, int count) {
+// Whether kernels read a table in pinned staging in place, not from a copy:
+// when the segments of the launches that read it average two rows or fewer.
+// A block reads its segments' entries over the bus: once a one-row segment,
+// less than a copy and its hand-off (BENCHMARKS.md, round 9); every block of
+// a long one (64 x 128 x 2049 bf16: 44-114 us over an uploaded table).
+bool TableReadInPlacePays(const PreparedForward& prepared) {
   int64_t rows = 0;
-  for (int i = 0; i < count; ++i) rows += segments[i].rows;
-  return rows <= int64_t{2} * count;
+  int64_t segments = 0;
+  for (const PreparedForward::Launch& launch : prepared.launches) {
+    if (launch.params.segment_count < 2) continue;
+    rows += launch.params.total_rows;
+    segments += launch.params.segment_count;
+  }
+  return rows <= int64_t{2} * segments;
 }
 
 // Points the launches' table pointers, laid out from `from`, at the same
@@ -448,11 +451,9 @@ Status LaunchForward(const ForwardSegment* segments, int count, void* device_wor
     return st;
   }
   if (prepared.table_bytes > 0) {
-    // Pinned staging is mapped into the device's address space: for short
-    // segments the kernels read the table where it lies, with no copy on
-    // the stream before them (TableReadInPlacePays).
+    // Pinned staging is mapped: short segments' kernels read it in place.
     const void* mapped =
-        TableReadInPlacePays(segments, count) ? MappedPinnedPointer(host_staging) : nullptr;
+        TableReadInPlacePays(prepared) ? MappedPinnedPointer(host_staging) : nullptr;
     if (mapped != nullptr) {
       RebaseTable(device_workspace, mapped, &prepared);
     } else {

@@ -101,15 +101,23 @@ KernelPlan StagedOrStreamed(int64_t hidden, int width) {
 // RMSNorm of copy: fp32 65536 from 0.62 / 0.68 to 0.82 / 0.87, fp32 32768
 // from 0.68 / 0.72 to 0.87 / 0.90, bf16 65536 from 0.61 / 0.69 to 0.69 /
 // 0.78, bf16 131072 from 0.58 / 0.66 to 0.62 / 0.71. Rows within two
-// blocks stay in registers: there the staged plans lost.
+// blocks stay in registers: there the staged plans lost. Rows of more than
+// two such blocks (8,192 chunks: fp32 H > 32,768, 16-bit H > 65,536) take
+// blocks of kStagedSmallBlockThreads in clusters of 5 to 8: fp32 LayerNorm
+// 65536 0.83 -> 0.845, bf16 LayerNorm 131072 0.63 -> 0.645 on an H100
+// (BENCHMARKS.md, round 44b); shorter rows lost with them.
 constexpr int kStagedClusterRowSlots = 8;
+constexpr int kStagedSmallBlockThreads = 256;
 
 bool StagesClusterRow(int64_t chunks) { return chunks > int64_t{4} * kMaxBlockThreads * 2; }
 
 KernelPlan StagedInSmallerClusters(int64_t chunks, int width) {
+  const int block_threads = chunks > int64_t{2} * kStagedClusterRowSlots * kMaxBlockThreads
+                                ? kStagedSmallBlockThreads
+                                : kMaxBlockThreads;
   const int cluster =
-      static_cast<int>(CeilDiv(chunks, int64_t{kStagedClusterRowSlots} * kMaxBlockThreads));
-  return StagedPlan(chunks, width, kMaxBlockThreads, cluster);
+      static_cast<int>(CeilDiv(chunks, int64_t{kStagedClusterRowSlots} * block_threads));
+  return StagedPlan(chunks, width, block_threads, cluster);
 }
 
 }  // namespace

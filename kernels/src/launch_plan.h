@@ -51,8 +51,9 @@ enum class Layout : uint8_t {
   // kStagedWideBlockThreads a row (below). Also rows of whole chunks past
   // two register blocks (4,096 chunks: fp32 H > 16,384, 16-bit H > 32,768),
   // which it serves faster than the register clusters: 8 chunks a thread in
-  // clusters of 2 to 4 blocks of kMaxBlockThreads (launch_plan.cc,
-  // StagesClusterRow). Each element is read from global memory once.
+  // clusters of 2 blocks of kMaxBlockThreads, past 8,192 chunks of 5 to 8
+  // blocks of 256 (launch_plan.cc, StagesClusterRow). Each element is read
+  // from global memory once.
   kStaged = 3,
 };
 

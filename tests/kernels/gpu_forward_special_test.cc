@@ -2,6 +2,7 @@
 // small spread, the same with a step between parts of the row or with the
 // first warp's elements far off, tiny fp16 values, NaN/Inf), batch invariance of a row's bits
 // under multi-segment launches, and the launchers' argument checks.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -63,6 +64,30 @@ ForwardSegment RowOf(ForwardSegment segment, int64_t r) {
   if (segment.rstd != nullptr) segment.rstd += r;
   segment.rows = 1;
   return segment;
+}
+
+// Which way LaunchForward took the table of `segments` from pinned staging,
+// with `workspace` poisoned with 0xA5 before the launch: after a copy
+// (`copied`) the workspace starts with the table image (WriteForwardTable's
+// for the same segments and workspace); after an in-place read it is
+// untouched.
+void ExpectTableWent(const std::vector<ForwardSegment>& segments, const DeviceBuffer& workspace,
+                     bool copied) {
+  std::vector<uint8_t> image(workspace.bytes());
+  std::size_t table_bytes = 0;
+  const Status written =
+      WriteForwardTable(segments.data(), static_cast<int>(segments.size()), workspace.get(),
+                        workspace.bytes(), image.data(), &table_bytes);
+  ASSERT_TRUE(written.ok()) << written.message();
+  ASSERT_GT(table_bytes, 0u) << "no table: nothing to check";
+  const std::vector<uint8_t> held = workspace.Download();
+  if (copied) {
+    EXPECT_TRUE(std::equal(image.begin(), image.begin() + table_bytes, held.begin()))
+        << "the table was not copied to the workspace";
+  } else {
+    EXPECT_TRUE(std::all_of(held.begin(), held.end(), [](uint8_t b) { return b == 0xA5; }))
+        << "the table was not read in place: the workspace was written";
+  }
 }
 
 void WriteRow(HostTensor& t, int64_t r, RowKind kind, const detail::KernelPlan& plan,
@@ -254,12 +279,16 @@ TEST(ForwardBatchInvariance, MixedLaunchMatchesEachTensorAlone) {
     EXPECT_EQ(cases[i]->OutputBytes(), alone[i]) << "in place " << Describe(cases[i]->spec());
   }
   EXPECT_EQ(lone_case.OutputBytes(), lone_alone) << "in place, lone plan";
+  ExpectTableWent(with_lone, pinned_workspace, /*copied=*/false);
 
   // The whole tensors with pinned staging: their table is copied to the
-  // workspace on the stream (poisoned first).
+  // workspace on the stream (poisoned first). The staging starts zeroed, as
+  // ExpectTableWent's image does, so that bytes the table leaves unwritten
+  // (padding) compare equal.
   for (auto& c : cases) c->PoisonOutputs();
   CUDA_ASSERT_OK(cudaMemset(pinned_workspace.get(), 0xA5, pinned_workspace.bytes()));
   CUDA_ASSERT_OK(cudaMallocHost(&staging, pinned_workspace.bytes()));
+  std::memset(staging, 0, pinned_workspace.bytes());
   const Status copied =
       LaunchForward(segments.data(), static_cast<int>(segments.size()), pinned_workspace.get(),
                     pinned_workspace.bytes(), staging, nullptr);
@@ -269,6 +298,7 @@ TEST(ForwardBatchInvariance, MixedLaunchMatchesEachTensorAlone) {
   for (std::size_t i = 0; i < cases.size(); ++i) {
     EXPECT_EQ(cases[i]->OutputBytes(), alone[i]) << "copied " << Describe(cases[i]->spec());
   }
+  ExpectTableWent(segments, pinned_workspace, /*copied=*/true);
 }
 
 // 1,000 one-row segments of H = 4096 in one launch give the bits of one

@@ -90,7 +90,7 @@ TEST(ForwardStaged, MatchesReferenceOnEveryVariant) {
 // alternates its reduction slots: fp32 262144 (one 128 KiB block of 1024
 // threads a multiprocessor: 15 clusters on an H200) and bf16 262144 (two
 // blocks of 512 a multiprocessor), the latter misaligned with a residual
-// (the register path into the stage), and fp32 65536 (clusters of 4). The
+// (the register path into the stage), and fp32 65536 (clusters of 8). The
 // launch takes as many clusters as the runtime says fit (ResidentClusters),
 // fewer than blocks / cluster.
 TEST(ForwardStaged, PersistentClustersLoopOverManyRows) {
@@ -102,7 +102,7 @@ TEST(ForwardStaged, PersistentClustersLoopOverManyRows) {
     int64_t hidden;
     int64_t rows;
   };
-  // fp32 65536: clusters of 4 blocks of 512, about 60 at once.
+  // fp32 65536: clusters of 8 blocks of 256, about 60 at once.
   for (const Shape& shape : {Shape{DType::kF32, 262144, 67}, Shape{DType::kBF16, 262144, 67},
                              Shape{DType::kF32, 65536, 150}}) {
     for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {

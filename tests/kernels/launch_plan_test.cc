@@ -46,10 +46,12 @@ void ExpectValid(const KernelPlan& p, int64_t hidden, DType dtype, bool forward)
     const int64_t chunks = (hidden + p.width - 1) / p.width;
     if (hidden % p.width == 0 && chunks <= int64_t{4} * kMaxBlockThreads * kMaxClusterBlocks) {
       // Rows of whole chunks past two register blocks: 8 chunks a thread of
-      // blocks of 512, in as few blocks as hold the row.
+      // blocks of 512 (of 256 past 8,192 chunks), in as few blocks as hold
+      // the row.
       ASSERT_GT(chunks, int64_t{4} * kMaxBlockThreads * 2) << where;
-      ASSERT_EQ(p.block_threads, kMaxBlockThreads) << where;
-      ASSERT_EQ(p.cluster, (chunks + 8 * kMaxBlockThreads - 1) / (8 * kMaxBlockThreads)) << where;
+      const int block = chunks > int64_t{16} * kMaxBlockThreads ? 256 : kMaxBlockThreads;
+      ASSERT_EQ(p.block_threads, block) << where;
+      ASSERT_EQ(p.cluster, (chunks + 8 * block - 1) / (8 * block)) << where;
       ASSERT_EQ(p.row_threads, p.block_threads * p.cluster) << where;
       ASSERT_EQ(p.slots, (chunks + p.row_threads - 1) / p.row_threads) << where;
       ASSERT_LE(p.slots, 8) << where;
@@ -171,23 +173,26 @@ TEST(LaunchPlan, KnownShapes) {
   EXPECT_EQ(PlanForward(12287, DType::kBF16).layout, Layout::kVector);
   // Rows of whole chunks in registers up to a cluster of two blocks of 512
   // (4,096 chunks: bf16 H = 32768, fp32 16384); longer ones staged, 8
-  // chunks a thread in as few blocks of 512 as hold them (fp32 65536: 4
-  // blocks; fp32 32768, bf16 65536: 2; bf16 131072: 4).
+  // chunks a thread in as few blocks of 512 as hold them (fp32 32768, bf16
+  // 65536: 2), of 256 past 8,192 chunks (fp32 65536, 16-bit 131072: 8).
   const KernelPlan two_blocks = PlanForward(32768, DType::kBF16);
   EXPECT_EQ(two_blocks.layout, Layout::kVector);
   EXPECT_EQ(two_blocks.cluster, 2);
   EXPECT_EQ(PlanForward(16384, DType::kF32).layout, Layout::kVector);
   const KernelPlan fp32_big = PlanForward(65536, DType::kF32);
   EXPECT_EQ(fp32_big.layout, Layout::kStaged);
-  EXPECT_EQ(fp32_big.cluster, 4);
+  EXPECT_EQ(fp32_big.cluster, 8);
   EXPECT_EQ(fp32_big.slots, 8);
-  EXPECT_EQ(fp32_big.block_threads, 512);
+  EXPECT_EQ(fp32_big.block_threads, 256);
   EXPECT_EQ(PlanForward(32768, DType::kF32).cluster, 2);
   EXPECT_EQ(PlanForward(16388, DType::kF32).layout, Layout::kStaged);
   EXPECT_EQ(PlanForward(16388, DType::kF32).slots, 5);
   EXPECT_EQ(PlanForward(65536, DType::kBF16).layout, Layout::kStaged);
   EXPECT_EQ(PlanForward(65536, DType::kBF16).cluster, 2);
-  EXPECT_EQ(PlanForward(131072, DType::kF16).cluster, 4);
+  EXPECT_EQ(PlanForward(131072, DType::kF16).cluster, 8);
+  EXPECT_EQ(PlanForward(98304, DType::kBF16).cluster, 6);
+  EXPECT_EQ(PlanForward(98304, DType::kBF16).block_threads, 256);
+  EXPECT_EQ(PlanForward(65544, DType::kBF16).cluster, 5);
   // Longer rows: staged in the shared memory of a cluster of 8 blocks while
   // they fit (fp32 H = 262144: 65536 chunks, 8 a thread of blocks of 1024,
   // 128 KiB a block; bf16: 8 a thread of blocks of 512, 64 KiB; bf16 131073:
