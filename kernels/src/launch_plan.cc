@@ -103,9 +103,10 @@ KernelPlan StagedOrStreamed(int64_t hidden, int width) {
 // 0.78, bf16 131072 from 0.58 / 0.66 to 0.62 / 0.71. Rows within two
 // blocks stay in registers: there the staged plans lost. Rows of more than
 // two such blocks (8,192 chunks: fp32 H > 32,768, 16-bit H > 65,536) take
-// blocks of kStagedSmallBlockThreads in clusters of 5 to 8: fp32 LayerNorm
-// 65536 0.83 -> 0.845, bf16 LayerNorm 131072 0.63 -> 0.645 on an H100
-// (BENCHMARKS.md, round 44b); shorter rows lost with them.
+// blocks of kStagedSmallBlockThreads in clusters of 5 to 8: on an H100,
+// LayerNorm / RMSNorm of copy, fp32 65536 0.82 / 0.88 -> 0.83-0.85 / 0.89,
+// bf16 131072 unchanged within 0.01 (BENCHMARKS.md, round 44c); shorter
+// rows lost with them (round 44b).
 constexpr int kStagedClusterRowSlots = 8;
 constexpr int kStagedSmallBlockThreads = 256;
 
