@@ -46,9 +46,10 @@ TEST(ForwardStaged, MatchesReferenceOnEveryVariant) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("staged forward");
   int variant = 0;
-  // Rows the register layouts hold that are staged in clusters of 2 to 4
-  // blocks, 8 chunks a thread or fewer: fp32 16388 and 32768 (2), 49152 (3),
-  // 65536 (4); 16-bit 65536 (2), 98304 (3), 131072 (4). fp32 65537 and
+  // Rows the register layouts hold that are staged, 8 chunks a thread or
+  // fewer: in clusters of 2 blocks of 512 up to 8,192 chunks (fp32 16388
+  // and 32768, 16-bit 65536), past that of 5 to 8 blocks of 256 (fp32
+  // 49152: 6, 65536: 8; 16-bit 98304: 6, 131072: 8). fp32 65537 and
   // 16-bit 131073: just past the register layouts; 262143: a partial last
   // chunk; 393216 (fp32): the most a cluster holds. Blocks of 512 (fp32
   // 65537, bf16 262144) and of 1024 (fp32 262144).
