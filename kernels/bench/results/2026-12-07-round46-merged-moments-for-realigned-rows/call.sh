@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Round 46 on the GPU machine: the whole kernels_gpu_test of the patched
+# build (.gpu/r46: pack_gpu_bundle.sh build-gpu .gpu/r46
+# tests/kernels/kernels_gpu_test kernels/bench/norm_bench), memcheck over
+# the realigning and batch-invariance tests, then norm_bench forward with
+# the base commit's kernels library (.gpu/base/.gpu-base.so.xz, same ABI)
+# and the patched one interleaved twice: the realigned H the change
+# touches and two it must leave alone. Writes under $1, packs it into $1.tgz.
+set -u
+out=${1:?usage: call.sh OUT_DIR}
+source kernels/bench/device_call.sh
+call_begin "$out"
+if [[ ! -d .gpu/r46/bin ]]; then tar -C .gpu/r46 -xJf .gpu/r46/bundle.tar.xz; fi
+if [[ ! -f .gpu/base/libnormsvc_kernels.so ]]; then
+  xz -d -c .gpu/base/.gpu-base.so.xz >.gpu/base/libnormsvc_kernels.so
+fi
+patched_lib=$PWD/.gpu/r46/lib
+base_lib=$PWD/.gpu/base:$patched_lib
+export LD_LIBRARY_PATH=$patched_lib
+bin=.gpu/r46/bin
+call_tests "$out" 240 --gtest_filter='*'
+call_sanitizers "$out" 'ForwardRealign*:ForwardBatchInvariance.*:ForwardSpecial*' 150
+for run in 1 2; do
+  for build in base patched; do
+    lib=$patched_lib
+    [[ $build == base ]] && lib=$base_lib
+    for shape in "bf16 2049" "fp32 2049" "bf16 4095" "bf16 8191" "bf16 4096" "fp32 16384"; do
+      read -r dtype hidden <<<"$shape"
+      name=${build}_${dtype}_${hidden}_$run
+      LD_LIBRARY_PATH=$lib timeout 40 $bin/kernels/bench/norm_bench --forward-only --dtype "$dtype" \
+        --hidden "$hidden" --json "$out/$name.json" >"$out/$name.txt" 2>&1
+      echo "$name exit $?: $(grep -E '^forward' "$out/$name.txt" | awk '{print $2, $4, $5, $7, $9, $12, $NF}' | tr '\n' ' ')"
+    done
+  done
+done
+call_end "$out"
