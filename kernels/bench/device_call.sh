@@ -3,6 +3,7 @@
 #
 #   source kernels/bench/device_call.sh
 #   call_begin OUT_DIR                    # folder, bundle unpacked, device.txt
+#   call_ab_bundle DIR                    # DIR's bundle and .gpu/base's kernels library
 #   call_tests OUT_DIR SECONDS [ARGS...]  # kernels_gpu_test ARGS -> kernels_gpu_test.log
 #   call_sanitizers OUT_DIR FILTER SECONDS  # memcheck and racecheck over FILTER
 #   call_segment_tables OUT_DIR BENCH RUN SECONDS  # BENCH's bf16 forward table, both policies
@@ -22,6 +23,23 @@ call_begin() {
   sanitizer=$(ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
   { nvidia-smi --query-gpu=name,driver_version --format=csv; date -u; echo "sanitizer: $sanitizer"; } \
     >"$out/device.txt" 2>&1
+}
+
+# For an A/B of a patch's kernels library against its base commit's: unpacks
+# DIR/bundle.tar.xz (pack_gpu_bundle.sh build-gpu DIR BINARY...) and
+# .gpu/base/.gpu-base.so.xz (the base build's libnormsvc_kernels.so, same
+# ABI); sets `bin` to DIR's binaries, `patched_lib` and `base_lib` to the
+# library paths that load either library, and LD_LIBRARY_PATH to the first.
+call_ab_bundle() {
+  local dir=$1
+  if [[ ! -d $dir/bin ]]; then tar -C "$dir" -xJf "$dir/bundle.tar.xz"; fi
+  if [[ ! -f .gpu/base/libnormsvc_kernels.so ]]; then
+    xz -d -c .gpu/base/.gpu-base.so.xz >.gpu/base/libnormsvc_kernels.so
+  fi
+  patched_lib=$PWD/$dir/lib
+  base_lib=$PWD/.gpu/base:$patched_lib
+  export LD_LIBRARY_PATH=$patched_lib
+  bin=$dir/bin
 }
 
 call_tests() {

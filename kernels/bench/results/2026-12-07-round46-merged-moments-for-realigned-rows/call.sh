@@ -10,14 +10,7 @@ set -u
 out=${1:?usage: call.sh OUT_DIR}
 source kernels/bench/device_call.sh
 call_begin "$out"
-if [[ ! -d .gpu/r46/bin ]]; then tar -C .gpu/r46 -xJf .gpu/r46/bundle.tar.xz; fi
-if [[ ! -f .gpu/base/libnormsvc_kernels.so ]]; then
-  xz -d -c .gpu/base/.gpu-base.so.xz >.gpu/base/libnormsvc_kernels.so
-fi
-patched_lib=$PWD/.gpu/r46/lib
-base_lib=$PWD/.gpu/base:$patched_lib
-export LD_LIBRARY_PATH=$patched_lib
-bin=.gpu/r46/bin
+call_ab_bundle .gpu/r46
 call_tests "$out" 240 --gtest_filter='*'
 call_sanitizers "$out" 'ForwardRealign*:ForwardBatchInvariance.*:ForwardSpecial*' 150
 for run in 1 2; do
