@@ -4,6 +4,7 @@
 #   source kernels/bench/device_call.sh
 #   call_begin OUT_DIR                    # folder, bundle unpacked, device.txt
 #   call_ab_bundle DIR                    # DIR's bundle and .gpu/base's kernels library
+#   call_forward_ab OUT_DIR PREFIX SHAPE...  # norm_bench forward, base and patched, twice
 #   call_tests OUT_DIR SECONDS [ARGS...]  # kernels_gpu_test ARGS -> kernels_gpu_test.log
 #   call_sanitizers OUT_DIR FILTER SECONDS  # memcheck and racecheck over FILTER
 #   call_segment_tables OUT_DIR BENCH RUN SECONDS  # BENCH's bf16 forward table, both policies
@@ -40,6 +41,35 @@ call_ab_bundle() {
   base_lib=$PWD/.gpu/base:$patched_lib
   export LD_LIBRARY_PATH=$patched_lib
   bin=$dir/bin
+}
+
+# One norm_bench forward run of `bin`'s benchmark: OUT_DIR NAME LIB DTYPE
+# HIDDEN [FLAGS...]; prints its forward lines' op, rows, H, slots, row
+# threads, microseconds and ratio to copy.
+call_forward_run() {
+  local out=$1 name=$2 lib=$3 dtype=$4 hidden=$5
+  shift 5
+  LD_LIBRARY_PATH=$lib timeout 40 "$bin/kernels/bench/norm_bench" --forward-only --dtype "$dtype" \
+    --hidden "$hidden" "$@" --json "$out/$name.json" >"$out/$name.txt" 2>&1
+  echo "$name exit $?: $(grep -E '^forward' "$out/$name.txt" | awk '{print $2, $4, $5, $7, $9, $12, $NF}' | tr '\n' ' ')"
+}
+
+# After call_ab_bundle: base and patched interleaved twice over each SHAPE
+# ("dtype H" or "dtype H rows"), named PREFIX_build_dtype_H_run.
+call_forward_ab() {
+  local out=$1 prefix=$2 shape dtype hidden rows build lib run
+  shift 2
+  for run in 1 2; do
+    for build in base patched; do
+      lib=$patched_lib
+      [[ $build == base ]] && lib=$base_lib
+      for shape in "$@"; do
+        read -r dtype hidden rows <<<"$shape"
+        call_forward_run "$out" "${prefix}_${build}_${dtype}_${hidden}_$run" "$lib" "$dtype" \
+          "$hidden" ${rows:+--elements $((rows * hidden))}
+      done
+    done
+  done
 }
 
 call_tests() {

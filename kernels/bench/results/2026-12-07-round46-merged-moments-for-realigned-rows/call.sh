@@ -13,17 +13,5 @@ call_begin "$out"
 call_ab_bundle .gpu/r46
 call_tests "$out" 240 --gtest_filter='*'
 call_sanitizers "$out" 'ForwardRealign*:ForwardBatchInvariance.*:ForwardSpecial*' 150
-for run in 1 2; do
-  for build in base patched; do
-    lib=$patched_lib
-    [[ $build == base ]] && lib=$base_lib
-    for shape in "bf16 2049" "fp32 2049" "bf16 4095" "bf16 8191" "bf16 4096" "fp32 16384"; do
-      read -r dtype hidden <<<"$shape"
-      name=${build}_${dtype}_${hidden}_$run
-      LD_LIBRARY_PATH=$lib timeout 40 $bin/kernels/bench/norm_bench --forward-only --dtype "$dtype" \
-        --hidden "$hidden" --json "$out/$name.json" >"$out/$name.txt" 2>&1
-      echo "$name exit $?: $(grep -E '^forward' "$out/$name.txt" | awk '{print $2, $4, $5, $7, $9, $12, $NF}' | tr '\n' ' ')"
-    done
-  done
-done
+call_forward_ab "$out" r46 "bf16 2049" "fp32 2049" "bf16 4095" "bf16 8191" "bf16 4096" "fp32 16384"
 call_end "$out"
