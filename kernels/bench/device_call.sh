@@ -15,10 +15,16 @@
 # device.txt; a GPU call returns a limited number of files, hence the one
 # archive.
 
+# Unpacks DIR/bundle.tar.xz (pack_gpu_bundle.sh's) once, where there is one.
+call_unpack() {
+  local dir=$1
+  if [[ ! -d $dir/bin && -f $dir/bundle.tar.xz ]]; then tar -C "$dir" -xJf "$dir/bundle.tar.xz"; fi
+}
+
 call_begin() {
   local out=$1
   mkdir -p "$out"
-  if [[ ! -d .gpu/bin && -f .gpu/bundle.tar.xz ]]; then tar -C .gpu -xJf .gpu/bundle.tar.xz; fi
+  call_unpack .gpu
   export LD_LIBRARY_PATH=$PWD/.gpu/lib
   bin=.gpu/bin
   sanitizer=$(ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
@@ -33,7 +39,7 @@ call_begin() {
 # library paths that load either library, and LD_LIBRARY_PATH to the first.
 call_ab_bundle() {
   local dir=$1
-  if [[ ! -d $dir/bin ]]; then tar -C "$dir" -xJf "$dir/bundle.tar.xz"; fi
+  call_unpack "$dir"
   if [[ ! -f .gpu/base/libnormsvc_kernels.so ]]; then
     xz -d -c .gpu/base/.gpu-base.so.xz >.gpu/base/libnormsvc_kernels.so
   fi

@@ -139,8 +139,7 @@ Record Forward(NormOp op, DType dtype, int64_t hidden, const Pool& pool, int ite
     CheckStatus(kernels::LaunchForwardSegment(segment, stream), "forward");
   });
   // The same bytes copied: x into out (and the residual into the sums).
-  const std::size_t copy_bytes =
-      static_cast<std::size_t>(r.bytes / 2) / static_cast<std::size_t>(forward_residual ? 2 : 1);
+  const auto copy_bytes = static_cast<std::size_t>(r.bytes / static_cast<double>(tensors));
   r.copy_micros = MedianMicros(kSets, iterations, stream, [&](int s) {
     Check(cudaMemcpyAsync(pool.out[s], pool.x[s], copy_bytes, cudaMemcpyDeviceToDevice, stream),
           "copy");
