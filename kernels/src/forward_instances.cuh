@@ -31,7 +31,7 @@ ForwardKernel ForwardKernelFor(const KernelPlan& plan) {
     case Layout::kStreamed:
       return ForwardStreamedKernel<T>;
     case Layout::kStaged:
-      return plan.width == kVectorWidth ? ForwardStagedKernel<T> : nullptr;
+      return plan.width == kVectorWidth ? ForwardStagedKernel<T, false> : nullptr;
   }
   return nullptr;
 }
@@ -42,6 +42,11 @@ ForwardKernel ForwardKernelFor(const KernelPlan& plan) {
 template <typename T, typename P, bool kSingle>
 ForwardKernel LeanForwardKernelFor(const KernelPlan& plan) {
   constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
+  // Staged rows take the lean path only with gamma/beta in T or none
+  // (SegmentPath), so P does not matter to the kernel.
+  if (plan.layout == Layout::kStaged) {
+    return plan.width == kVectorWidth ? ForwardStagedKernel<T, true> : nullptr;
+  }
   const bool cluster = plan.cluster > 1;
   if (plan.layout == Layout::kVector && plan.width == kVectorWidth) {
     if (plan.slots == 1 && !cluster)

@@ -71,7 +71,13 @@ __device__ __forceinline__ void WriteWholeChunks(const Pack<T, W>* stage, int bl
 // 64 registers a thread: two blocks of kMaxBlockThreads a multiprocessor
 // (staged plans of at most kStagedTwoBlockBytes a block), or one of
 // kStagedWideBlockThreads.
-template <typename T>
+//
+// kLean: every row of the launch is of whole, 16-byte aligned chunks
+// without a residual, its output and gamma/beta (if any) in the x dtype
+// (ForwardPath::kLean for a staged plan, SegmentPath): the other paths are
+// compiled out, so the kernel keeps fewer values live at its register
+// bound. The same operations in the same order: the same bits.
+template <typename T, bool kLean>
 __global__ void __launch_bounds__(kStagedWideBlockThreads, 1)
     ForwardStagedKernel(const __grid_constant__ ForwardParams p) {
   constexpr int W = static_cast<int>(16 / sizeof(T));
@@ -94,13 +100,13 @@ __global__ void __launch_bounds__(kStagedWideBlockThreads, 1)
     const RowPointers<T> r = ResolveRow<T>(s, local_row);
     const auto chunk_of = [&](int k) { return k * team.row_threads + team.rank; };
 
-    if (vectorized && r.residual == nullptr) {
+    if (kLean || (vectorized && r.residual == nullptr)) {
       for (int k = 0; k < slots; ++k) {
         CopyAsync16(stage + k * block_threads, r.x + static_cast<int64_t>(chunk_of(k)) * W);
       }
       CommitAsyncCopies();
       WaitAsyncCopies<0>();
-    } else {
+    } else if constexpr (!kLean) {
 #pragma unroll 2
       for (int k = 0; k < slots; ++k) {
         const int chunk = chunk_of(k);
@@ -130,7 +136,7 @@ __global__ void __launch_bounds__(kStagedWideBlockThreads, 1)
         count += ChunkElements<W>(chunk_of(k), s.hidden);
       }
       const auto second_pass = [&](float pivot, float& d_sum, float& d_squares) {
-        if (vectorized) {  // whole chunks: no element to skip
+        if (kLean || vectorized) {  // whole chunks: no element to skip
           for (int k = 0; k < slots; ++k) {
             const Pack<T, W> values = stage[k * block_threads];
 #pragma unroll
@@ -142,15 +148,17 @@ __global__ void __launch_bounds__(kStagedWideBlockThreads, 1)
           }
           return;
         }
-        for (int k = 0; k < slots; ++k) {
-          const int elements = ChunkElements<W>(chunk_of(k), s.hidden);
-          const Pack<T, W> values = stage[k * block_threads];
+        if constexpr (!kLean) {
+          for (int k = 0; k < slots; ++k) {
+            const int elements = ChunkElements<W>(chunk_of(k), s.hidden);
+            const Pack<T, W> values = stage[k * block_threads];
 #pragma unroll
-          for (int j = 0; j < W; ++j) {
-            if (j >= elements) continue;
-            const float d = __fsub_rn(PackElement(values, j), pivot);
-            d_sum += d;
-            d_squares = fmaf(d, d, d_squares);
+            for (int j = 0; j < W; ++j) {
+              if (j >= elements) continue;
+              const float d = __fsub_rn(PackElement(values, j), pivot);
+              d_sum += d;
+              d_squares = fmaf(d, d, d_squares);
+            }
           }
         }
       };
@@ -178,7 +186,7 @@ __global__ void __launch_bounds__(kStagedWideBlockThreads, 1)
     const bool whole_chunks_as_x =
         vectorized && r.out_dtype == static_cast<uint8_t>(kX) &&
         ((r.gamma == nullptr && r.beta == nullptr) || r.param_dtype == static_cast<uint8_t>(kX));
-    if (whole_chunks_as_x) {
+    if (kLean || whole_chunks_as_x) {
       const T* gamma = static_cast<const T*>(r.gamma);
       const T* beta = static_cast<const T*>(r.beta);
       T* out = static_cast<T*>(r.out);
@@ -196,7 +204,7 @@ __global__ void __launch_bounds__(kStagedWideBlockThreads, 1)
       } else {
         beta != nullptr ? write(Yes{}, No{}, Yes{}) : write(Yes{}, No{}, No{});
       }
-    } else {
+    } else if constexpr (!kLean) {
       for (int k0 = 0; k0 < slots; k0 += kOutputChunksAStep) {
         float g[kOutputChunksAStep][W] = {};
         float b[kOutputChunksAStep][W] = {};

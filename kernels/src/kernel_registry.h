@@ -26,7 +26,8 @@ enum class ForwardPath : uint8_t {
   // ForwardLeanKernel (and its ring and parameter-staging variants): output
   // in the x dtype, and the vector layout with every row 16-byte aligned and
   // of whole chunks (`vectorized`; a plan with a partial last chunk never
-  // is), or the strided layout.
+  // is), or the strided layout. For staged plans ForwardStagedKernel<T,
+  // true>: vectorized rows without a residual, gamma/beta in the x dtype.
   kLean = 1,
   // ForwardRealignKernel (forward_realign_kernel.cuh), or for segments
   // without a residual ForwardRealignStagedKernel (realign_policy.h,
@@ -43,6 +44,12 @@ inline ForwardPath ChooseForwardPath(const KernelPlan& plan, DType x_dtype, DTyp
   if (out_dtype != x_dtype) return ForwardPath::kGeneral;
   // The strided layout's accesses are element-wise by construction.
   if (plan.layout == Layout::kStrided) return ForwardPath::kLean;
+  // Staged rows of whole aligned chunks: ForwardStagedKernel<T, true>, which
+  // SegmentPath narrows to rows without a residual and with gamma/beta in
+  // the x dtype.
+  if (plan.layout == Layout::kStaged) {
+    return vectorized ? ForwardPath::kLean : ForwardPath::kGeneral;
+  }
   if (plan.layout != Layout::kVector) return ForwardPath::kGeneral;
   if (vectorized) return ForwardPath::kLean;
   // kRealignMaxSlots (launch_plan.h): 4-slot plans stay with the general

@@ -51,6 +51,30 @@ TEST(ForwardSegments, AlignedRowsOfWholeChunksTakeTheSpecializedKernel) {
   EXPECT_EQ(PathFor(one), ForwardPath::kLean);
 }
 
+// Staged rows (Layout::kStaged) of whole aligned chunks take the lean staged
+// kernel, which adds no residual and reads gamma/beta in the x dtype; every
+// other staged row the general one (the same bits either way).
+TEST(ForwardSegments, StagedRowsTakeTheLeanKernelOnlyWithoutResidualOrOtherParameterDtype) {
+  const ForwardSegment aligned = Contiguous(DType::kBF16, 4, 65536);
+  ASSERT_EQ(PlanForward(65536, DType::kBF16).layout, Layout::kStaged);
+  EXPECT_EQ(PathFor(aligned), ForwardPath::kLean);
+  EXPECT_EQ(PathFor(Contiguous(DType::kF32, 4, 65536)), ForwardPath::kLean);
+  EXPECT_EQ(PathFor(Contiguous(DType::kBF16, 4, 65536, 1)), ForwardPath::kGeneral);
+  EXPECT_EQ(PathFor(Contiguous(DType::kBF16, 4, 131073)), ForwardPath::kGeneral);  // partial chunk
+  ForwardSegment residual = aligned;
+  residual.residual = At(4, 0);
+  residual.residual_row_stride = aligned.x_row_stride;
+  EXPECT_EQ(PathFor(residual), ForwardPath::kGeneral);
+  ForwardSegment fp32_params = aligned;
+  fp32_params.param_dtype = DType::kF32;
+  EXPECT_EQ(PathFor(fp32_params), ForwardPath::kGeneral);
+  fp32_params.gamma = fp32_params.beta = nullptr;  // no parameters: their dtype does not matter
+  EXPECT_EQ(PathFor(fp32_params), ForwardPath::kLean);
+  ForwardSegment fp32_out = aligned;
+  fp32_out.out_dtype = DType::kF32;
+  EXPECT_EQ(PathFor(fp32_out), ForwardPath::kGeneral);
+}
+
 TEST(ForwardSegments, RowsOffTheirBoundaryAreRealigned) {
   // H not a multiple of the vector width: every row but some is misaligned.
   EXPECT_EQ(PathFor(Contiguous(DType::kBF16, 8189, 2049)), ForwardPath::kRealign);

@@ -163,8 +163,13 @@ TEST(ForwardStaged, RowsGiveTheSameBitsInAMixedLaunch) {
     alone.push_back(RunAlone(*c));
     segments.push_back(c->Segment());
   }
-  // Aligned and misaligned copies of the same rows give the same bits.
-  EXPECT_EQ(cases[0]->DenseOutputBytes(), cases[1]->DenseOutputBytes());
+  // Aligned and misaligned copies of the same rows give the same bits: for
+  // the staged sizes without a residual (262144, 65536), the lean staged
+  // kernel against the general one.
+  for (std::size_t i = 0; i + 1 < cases.size(); i += 2) {
+    EXPECT_EQ(cases[i]->DenseOutputBytes(), cases[i + 1]->DenseOutputBytes())
+        << "aligned and misaligned H " << cases[i]->spec().hidden;
+  }
   CheckMixedLaunchBothWays(segments, cases, alone, "staged, mixed launch");
 }
 
