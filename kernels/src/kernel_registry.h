@@ -17,8 +17,9 @@ using ForwardKernel = void (*)(ForwardParams);
 using BackwardKernel = void (*)(BackwardParams);
 
 // Which forward kernel family serves a segment. A function of the plan, the
-// dtypes and the alignment of the segment's pointers only; every family
-// gives the same bits for the same row.
+// dtypes, the alignment of the segment's pointers and (for staged plans,
+// SegmentPath) whether it adds a residual only; every family gives the same
+// bits for the same row.
 enum class ForwardPath : uint8_t {
   // ForwardRowsKernel / ForwardStagedKernel / ForwardStreamedKernel: any
   // output dtype, any alignment (element-wise accesses where 16-byte ones are not allowed).

@@ -59,7 +59,9 @@ TEST(ForwardSegments, StagedRowsTakeTheLeanKernelOnlyWithoutResidualOrOtherParam
   ASSERT_EQ(PlanForward(65536, DType::kBF16).layout, Layout::kStaged);
   EXPECT_EQ(PathFor(aligned), ForwardPath::kLean);
   EXPECT_EQ(PathFor(Contiguous(DType::kF32, 4, 65536)), ForwardPath::kLean);
+  EXPECT_EQ(PathFor(Contiguous(DType::kF16, 4, 65536)), ForwardPath::kLean);
   EXPECT_EQ(PathFor(Contiguous(DType::kBF16, 4, 65536, 1)), ForwardPath::kGeneral);
+  ASSERT_EQ(PlanForward(131073, DType::kBF16).layout, Layout::kStaged);
   EXPECT_EQ(PathFor(Contiguous(DType::kBF16, 4, 131073)), ForwardPath::kGeneral);  // partial chunk
   ForwardSegment residual = aligned;
   residual.residual = At(4, 0);
@@ -68,7 +70,9 @@ TEST(ForwardSegments, StagedRowsTakeTheLeanKernelOnlyWithoutResidualOrOtherParam
   ForwardSegment fp32_params = aligned;
   fp32_params.param_dtype = DType::kF32;
   EXPECT_EQ(PathFor(fp32_params), ForwardPath::kGeneral);
-  fp32_params.gamma = fp32_params.beta = nullptr;  // no parameters: their dtype does not matter
+  fp32_params.beta = nullptr;  // gamma alone in fp32
+  EXPECT_EQ(PathFor(fp32_params), ForwardPath::kGeneral);
+  fp32_params.gamma = nullptr;  // no parameters: their dtype does not matter
   EXPECT_EQ(PathFor(fp32_params), ForwardPath::kLean);
   ForwardSegment fp32_out = aligned;
   fp32_out.out_dtype = DType::kF32;
@@ -169,7 +173,8 @@ TEST(ForwardSegments, TheKernelFamilyIsPartOfTheLaunchKey) {
 
 // Realigned rows with a residual take ForwardRealignKernel, those without
 // ForwardRealignStagedKernel (realign_policy.h), so they never share a
-// launch; on the other paths a residual changes no kernel, nor the key.
+// launch; on the vector plans' lean path a residual changes no kernel, nor
+// the key (staged rows with one take the general path: the test above).
 TEST(ForwardSegments, AResidualIsPartOfARealignedLaunchKey) {
   const auto with_residual = [](ForwardSegment s) {
     const int64_t bytes = reinterpret_cast<uintptr_t>(s.x) % 256;

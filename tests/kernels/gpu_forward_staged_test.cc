@@ -4,7 +4,9 @@
 // against the double reference on every dtype, op and affine combination,
 // aligned and misaligned rows, H not a multiple of the vector width, the
 // fused residual, fp32 parameters and another output dtype, rows with a
-// large mean; more rows than the device holds clusters at once (the
+// large mean; the lean staged kernel (aligned rows without a residual,
+// output and parameters in the x dtype) on every dtype, op and affine;
+// more rows than the device holds clusters at once (the
 // persistent loop); the launch counter says the staged kernel served each;
 // and the same rows bit for bit inside a multi-segment launch beside rows of
 // other hidden sizes.
@@ -13,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "forward_segments.h"
 #include "gpu_forward_case.h"
 #include "gpu_test_support.h"
 #include "kernel_registry.h"
@@ -87,6 +90,47 @@ TEST(ForwardStaged, MatchesReferenceOnEveryVariant) {
   EXPECT_GT(variant, 20);
 }
 
+// Aligned rows without a residual, their output and gamma/beta in the x
+// dtype, take the lean staged kernel (ForwardStagedKernel<T, true>): every
+// dtype, both ops and every affine (large means where both parameters
+// are given) against the double reference, with the path that serves them.
+TEST(ForwardStaged, LeanKernelOnEveryDtypeOpAndAffine) {
+  NORMSVC_REQUIRE_GPU();
+  std::mt19937_64 rng = SeededRng("staged forward, lean kernel");
+  int cases = 0;
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const int64_t hidden = dtype == DType::kF32 ? 32768 : 65536;
+    const detail::KernelPlan plan = detail::PlanForward(hidden, dtype);
+    ASSERT_EQ(plan.layout, detail::Layout::kStaged);
+    for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+      for (const auto& [gamma, beta] : {std::pair{false, false}, std::pair{true, false},
+                                        std::pair{false, true}, std::pair{true, true}}) {
+        if (op == NormOp::kRmsNorm && beta) continue;
+        ForwardSpec spec;
+        spec.op = op;
+        spec.x_dtype = spec.out_dtype = spec.param_dtype = dtype;
+        spec.rows = 3;
+        spec.hidden = hidden;
+        spec.gamma = gamma;
+        spec.beta = beta;
+        spec.stats = true;
+        if (gamma && beta) {
+          spec.x_mean = 1e4;
+          spec.x_stddev = 1e-2;
+        }
+        ForwardCase c(spec, rng);
+        c.Upload();
+        ASSERT_EQ(detail::SegmentPath(c.Segment(), plan), detail::ForwardPath::kLean)
+            << Describe(spec);
+        RunStaged(c);
+        c.Check("staged, lean");
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 18);
+}
+
 // More rows than clusters fit at once, so each cluster loops over rows and
 // alternates its reduction slots: fp32 262144 (one 128 KiB block of 1024
 // threads a multiprocessor: 15 clusters on an H200) and bf16 262144 (two
@@ -118,8 +162,12 @@ TEST(ForwardStaged, PersistentClustersLoopOverManyRows) {
       spec.offset = dtype == DType::kBF16 ? 1 : 0;
       spec.residual = spec.residual_out = dtype == DType::kBF16 && variant % 2 == 1;
       const detail::KernelPlan plan = detail::PlanForward(spec.hidden, dtype);
-      const void* kernel = reinterpret_cast<const void*>(
-          detail::FindForwardKernel(dtype, plan, detail::ForwardPath::kGeneral, dtype, true));
+      ForwardCase c(spec, rng);
+      c.Upload();
+      // The kernel that serves the case (the lean one for the aligned rows
+      // without a residual).
+      const void* kernel = reinterpret_cast<const void*>(detail::FindForwardKernel(
+          dtype, plan, detail::SegmentPath(c.Segment(), plan), dtype, true));
       ASSERT_NE(kernel, nullptr);
       const std::size_t smem = detail::StagedForwardSmemBytes(plan);
       const int64_t clusters =
@@ -127,8 +175,6 @@ TEST(ForwardStaged, PersistentClustersLoopOverManyRows) {
       ASSERT_GT(clusters, 0);
       ASSERT_LT(clusters, spec.rows) << "the clusters would not loop";
       EXPECT_LE(clusters * plan.cluster, detail::ResidentBlocks(kernel, plan.block_threads, smem));
-      ForwardCase c(spec, rng);
-      c.Upload();
       RunStaged(c);
       c.Check("staged, many rows");
     }
@@ -138,19 +184,21 @@ TEST(ForwardStaged, PersistentClustersLoopOverManyRows) {
 // Batch invariance: the staged rows give the same bits alone and in one
 // launch beside rows of other sizes (a short row, a row staged in a cluster
 // of two) and other staged sizes that share their plan (bf16 262144 and
-// 262143: 8 chunks a thread), aligned and misaligned.
+// 262143: 8 chunks a thread), aligned and misaligned; the two aligned
+// 262144 tensors share a launch of the lean staged kernel (a segment
+// table), their misaligned copies one of the general kernel.
 TEST(ForwardStaged, RowsGiveTheSameBitsInAMixedLaunch) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("staged forward, mixed launch");
   std::vector<std::unique_ptr<ForwardCase>> cases;
   int variant = 0;
-  for (int64_t hidden : {262144, 262143, 4096, 65536}) {
+  for (int64_t hidden : {262144, 262143, 4096, 65536, 262144}) {
     ++variant;
     ForwardSpec spec;
-    // The two staged sizes with one op: they share a launch.
+    // The staged sizes of 8 chunks a thread with one op: one plan.
     spec.op = hidden >= 262143 ? NormOp::kLayerNorm : NormOp::kRmsNorm;
     spec.x_dtype = spec.out_dtype = spec.param_dtype = DType::kBF16;
-    spec.rows = hidden >= 262143 ? 5 : 7;
+    spec.rows = variant == 5 ? 3 : hidden >= 262143 ? 5 : 7;
     spec.hidden = hidden;
     spec.stats = true;
     spec.residual = variant == 2;

@@ -60,6 +60,14 @@ TEST(KernelDispatch, EveryForwardPlanHasItsKernels) {
                                               param_dtype, single),
                     nullptr)
               << "general " << where;
+          // Staged plans' lean path is its own kernel (ForwardStagedKernel<T, true>).
+          if (plan.layout == detail::Layout::kStaged) {
+            ASSERT_NE(detail::FindForwardKernel(dtype, plan, detail::ForwardPath::kLean,
+                                                param_dtype, single),
+                      detail::FindForwardKernel(dtype, plan, detail::ForwardPath::kGeneral,
+                                                param_dtype, single))
+                << "lean staged " << where;
+          }
           // The specialized kernel's variants, where it may serve the plan.
           if (whole_chunks &&
               detail::UsesParamStaging(plan, detail::ForwardPath::kLean, single, dtype, param_dtype,
