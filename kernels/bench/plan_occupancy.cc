@@ -106,7 +106,7 @@ Row ForwardRow(DType dtype, int64_t rows, int64_t hidden) {
   // A contiguous tensor whose H is not a multiple of the vector width has
   // misaligned rows, which the realigning kernel or the general one serves.
   const detail::ForwardPath path =
-      detail::ChooseForwardPath(plan, dtype, dtype, hidden % plan.width == 0, true);
+      detail::ChooseForwardPath(plan, dtype, dtype, hidden % plan.width == 0, true, true);
   Query(reinterpret_cast<const void*>(
             detail::FindForwardKernel(dtype, plan, path, dtype, /*single=*/true)),
         row);

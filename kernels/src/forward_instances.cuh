@@ -43,7 +43,7 @@ template <typename T, typename P, bool kSingle>
 ForwardKernel LeanForwardKernelFor(const KernelPlan& plan) {
   constexpr int kVectorWidth = static_cast<int>(16 / sizeof(T));
   // Staged rows take the lean path only with gamma/beta in T or none
-  // (SegmentPath), so P does not matter to the kernel.
+  // (ChooseForwardPath), so P does not matter to the kernel.
   if (plan.layout == Layout::kStaged) {
     return plan.width == kVectorWidth ? ForwardStagedKernel<T, true> : nullptr;
   }

@@ -38,16 +38,9 @@ bool SegmentRealignable(const ForwardSegment& s) {
 }
 
 ForwardPath SegmentPath(const ForwardSegment& s, const KernelPlan& plan) {
-  const ForwardPath path = ChooseForwardPath(plan, s.x_dtype, s.out_dtype,
-                                             SegmentAllowsVectors(s, plan), SegmentRealignable(s));
-  // The lean staged kernel (ForwardStagedKernel<T, true>) adds no residual
-  // and reads gamma/beta as T.
   const bool params_as_x = (s.gamma == nullptr && s.beta == nullptr) || s.param_dtype == s.x_dtype;
-  if (plan.layout == Layout::kStaged && path == ForwardPath::kLean &&
-      (s.residual != nullptr || !params_as_x)) {
-    return ForwardPath::kGeneral;
-  }
-  return path;
+  return ChooseForwardPath(plan, s.x_dtype, s.out_dtype, SegmentAllowsVectors(s, plan),
+                           SegmentRealignable(s), s.residual == nullptr && params_as_x);
 }
 
 uint64_t SegmentLaunchKey(const ForwardSegment& s, const KernelPlan& plan, ForwardPath path) {

@@ -74,9 +74,9 @@ __device__ __forceinline__ void WriteWholeChunks(const Pack<T, W>* stage, int bl
 //
 // kLean: every row of the launch is of whole, 16-byte aligned chunks
 // without a residual, its output and gamma/beta (if any) in the x dtype
-// (ForwardPath::kLean for a staged plan, SegmentPath): the other paths are
-// compiled out, so the kernel keeps fewer values live at its register
-// bound. The same operations in the same order: the same bits.
+// (ForwardPath::kLean for a staged plan, ChooseForwardPath): the other
+// paths are compiled out, so the kernel keeps fewer values live at its
+// register bound. The same operations in the same order: the same bits.
 template <typename T, bool kLean>
 __global__ void __launch_bounds__(kStagedWideBlockThreads, 1)
     ForwardStagedKernel(const __grid_constant__ ForwardParams p) {

@@ -17,9 +17,9 @@ using ForwardKernel = void (*)(ForwardParams);
 using BackwardKernel = void (*)(BackwardParams);
 
 // Which forward kernel family serves a segment. A function of the plan, the
-// dtypes, the alignment of the segment's pointers and (for staged plans,
-// SegmentPath) whether it adds a residual only; every family gives the same
-// bits for the same row.
+// dtypes, the alignment of the segment's pointers and (for staged plans)
+// whether it adds a residual only; every family gives the same bits for the
+// same row.
 enum class ForwardPath : uint8_t {
   // ForwardRowsKernel / ForwardStagedKernel / ForwardStreamedKernel: any
   // output dtype, any alignment (element-wise accesses where 16-byte ones are not allowed).
@@ -40,16 +40,16 @@ enum class ForwardPath : uint8_t {
   kRealign = 2,
 };
 
+// `plain_inputs`: the segment adds no residual and has gamma/beta in the x
+// dtype or none (what ForwardStagedKernel<T, true> reads; the other
+// families take either).
 inline ForwardPath ChooseForwardPath(const KernelPlan& plan, DType x_dtype, DType out_dtype,
-                                     bool vectorized, bool realignable) {
+                                     bool vectorized, bool realignable, bool plain_inputs) {
   if (out_dtype != x_dtype) return ForwardPath::kGeneral;
   // The strided layout's accesses are element-wise by construction.
   if (plan.layout == Layout::kStrided) return ForwardPath::kLean;
-  // Staged rows of whole aligned chunks: ForwardStagedKernel<T, true>, which
-  // SegmentPath narrows to rows without a residual and with gamma/beta in
-  // the x dtype.
   if (plan.layout == Layout::kStaged) {
-    return vectorized ? ForwardPath::kLean : ForwardPath::kGeneral;
+    return vectorized && plain_inputs ? ForwardPath::kLean : ForwardPath::kGeneral;
   }
   if (plan.layout != Layout::kVector) return ForwardPath::kGeneral;
   if (vectorized) return ForwardPath::kLean;

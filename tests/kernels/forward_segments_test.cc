@@ -153,7 +153,7 @@ TEST(ForwardSegments, EveryPlanWithAPartialChunkFitsTheRealigningKernelUpToItsCh
     for (int64_t hidden = 1; hidden <= kRealignMaxChunks * width; ++hidden) {
       if (hidden % width == 0) continue;
       const KernelPlan plan = PlanForward(hidden, dtype);
-      ASSERT_EQ(ChooseForwardPath(plan, dtype, dtype, false, true), ForwardPath::kRealign)
+      ASSERT_EQ(ChooseForwardPath(plan, dtype, dtype, false, true, true), ForwardPath::kRealign)
           << DTypeName(dtype) << " H=" << hidden << " slots " << plan.slots;
     }
   }

@@ -28,7 +28,7 @@ inline bool Misaligned(const ForwardSpec& spec) {
 // general kernel, strided plans to the specialized one).
 inline bool RealignServes(const ForwardSpec& spec) {
   const detail::KernelPlan plan = detail::PlanForward(spec.hidden, spec.x_dtype);
-  return detail::ChooseForwardPath(plan, spec.x_dtype, spec.out_dtype, false, true) ==
+  return detail::ChooseForwardPath(plan, spec.x_dtype, spec.out_dtype, false, true, true) ==
          detail::ForwardPath::kRealign;
 }
 

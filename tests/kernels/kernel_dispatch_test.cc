@@ -50,7 +50,7 @@ TEST(KernelDispatch, EveryForwardPlanHasItsKernels) {
             if (vectorized && !whole_chunks) continue;
             for (bool realignable : {true, false}) {
               const detail::ForwardPath path =
-                  detail::ChooseForwardPath(plan, dtype, dtype, vectorized, realignable);
+                  detail::ChooseForwardPath(plan, dtype, dtype, vectorized, realignable, true);
               ASSERT_NE(detail::FindForwardKernel(dtype, plan, path, param_dtype, single), nullptr)
                   << "path " << static_cast<int>(path) << " " << where;
               ++checked;
