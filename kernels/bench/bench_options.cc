@@ -14,12 +14,12 @@ namespace {
 constexpr const char kUsage[] =
     "usage: norm_bench [--json PATH] [--iterations N] [--quick] [--forward-only]\n"
     "                  [--backward-only] [--backward-dx-only] [--hidden H]\n"
-    "                  [--dtype bf16|fp32]\n"
+    "                  [--dtype bf16|fp32|fp16]\n"
     "                  [--ring off|two-block-clusters|every-plan]\n"
     "                  [--param_staging off|one-wave] [--realign shift|staged]\n"
     "                  [--backward-realign on|off]\n"
     "                  [--elements N] [--affine full|gamma|none] [--residual]\n"
-    "                  [--column-reduce auto|narrow|wide]\n";
+    "                  [--column-reduce auto|narrow|wide] [--discard-partials on|off]\n";
 
 // Sets the policy named `value` from `table`, or says which names there are.
 template <typename Policy, std::size_t N>
@@ -81,8 +81,9 @@ int ParseBenchOptions(int argc, char** argv, BenchOptions* options) {
       }
     } else if (is("--dtype")) {
       options->only_dtype = value;
-      if (options->only_dtype != "bf16" && options->only_dtype != "fp32") {
-        std::fprintf(stderr, "norm_bench: --dtype takes bf16 or fp32, not %s\n", value);
+      if (options->only_dtype != "bf16" && options->only_dtype != "fp32" &&
+          options->only_dtype != "fp16") {
+        std::fprintf(stderr, "norm_bench: --dtype takes bf16, fp32 or fp16, not %s\n", value);
         return 2;
       }
     } else if (is("--elements")) {
@@ -118,6 +119,13 @@ int ParseBenchOptions(int argc, char** argv, BenchOptions* options) {
       if (!SetNamed(flag, kParamStagings, value, detail::SetParamStaging)) return 2;
     } else if (is("--column-reduce")) {
       if (!SetNamed(flag, kColumnReduceForms, value, detail::SetColumnReduceForm)) return 2;
+    } else if (is("--discard-partials")) {
+      const std::string enabled = value;
+      if (enabled != "on" && enabled != "off") {
+        std::fprintf(stderr, "norm_bench: --discard-partials takes on or off, not %s\n", value);
+        return 2;
+      }
+      detail::SetDiscardPartials(enabled == "on");
     } else {
       std::fprintf(stderr, "norm_bench: unknown flag %s\n%s", flag, kUsage);
       return 2;

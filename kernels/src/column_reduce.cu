@@ -36,6 +36,29 @@ __device__ __forceinline__ ColumnOfThread ThisColumn(const ColumnSums& sums) {
           static_cast<int64_t>(blockIdx.x) * kReduceColumns + threadIdx.x};
 }
 
+// Partials once added are dead: nothing reads them again before the next
+// backward launch overwrites them. Dropping their lines from the L2
+// (discard.global.L2, sm_80 and later: the line becomes invalid without being
+// written back) saves the DRAM writes of every dirty partial line still in
+// the L2, units x H x 8 bytes at most. Each kernel calls this after the
+// __syncthreads that follows its last read of the partials, from one thread
+// for each 128-byte line of 32 columns (`first_column`, the line's first),
+// for the units of its slice (threadIdx.y, + slices, ...). A line is dropped
+// only when it is 128-byte aligned and lies whole in its unit's row: then
+// this block's threads of that slice read all of it and nobody else does.
+// The bits are the same: only dead bytes change.
+__device__ __forceinline__ void DiscardSlicePartials(const float* partial, int64_t units,
+                                                     int32_t hidden, int64_t first_column,
+                                                     int slices) {
+  if (first_column + kReduceColumns > hidden) return;
+  for (int64_t u = threadIdx.y; u < units; u += slices) {
+    const float* const line = partial + u * hidden + first_column;
+    if (reinterpret_cast<uintptr_t>(line) % 128 == 0) {
+      asm volatile("discard.global.L2 [%0], 128;" ::"l"(__cvta_generic_to_global(line)) : "memory");
+    }
+  }
+}
+
 // The narrow kernels: out[c] = sum over u of partial[u][c], u in
 // increasing order within each of ColumnReduceSlices(units) interleaved slices
 // (blockDim.y), then the slices in order. Launched early (programmatic
@@ -48,7 +71,7 @@ __device__ __forceinline__ ColumnOfThread ThisColumn(const ColumnSums& sums) {
 // on the H200 (BENCHMARKS.md, round 14).
 __global__ void __launch_bounds__(kReduceColumns* kColumnReduceMaxSlices)
     ManyUnitsColumnReduceKernel(const __grid_constant__ ColumnSums sums, int64_t units,
-                                int32_t hidden) {
+                                int32_t hidden, bool discard) {
   __shared__ float slice_sums[kColumnReduceMaxSlices][kReduceColumns + 1];
   BeginDependentGrid();
   const ColumnOfThread mine = ThisColumn(sums);
@@ -66,6 +89,9 @@ __global__ void __launch_bounds__(kReduceColumns* kColumnReduceMaxSlices)
     float sum = slice_sums[0][threadIdx.x];
     for (int s = 1; s < kColumnReduceMaxSlices; ++s) sum += slice_sums[s][threadIdx.x];
     mine.out[mine.column] = sum;
+  }
+  if (discard && threadIdx.x == 0) {
+    DiscardSlicePartials(mine.partial, units, hidden, mine.column, kColumnReduceMaxSlices);
   }
 }
 
@@ -86,7 +112,7 @@ constexpr std::size_t kOneBlockPerMultiprocessorBytes = 116 * 1024;
 // kColumnReduceUnitsPerThread units rather than one or none.
 __global__ void __launch_bounds__(kReduceColumns* kColumnReduceMaxSlices)
     FewUnitsColumnReduceKernel(const __grid_constant__ ColumnSums sums, int64_t units,
-                               int32_t hidden) {
+                               int32_t hidden, bool discard) {
   __shared__ float slice_sums[kColumnReduceMaxSlices][kReduceColumns + 1];
   BeginDependentGrid();
   const ColumnOfThread mine = ThisColumn(sums);
@@ -122,6 +148,9 @@ __global__ void __launch_bounds__(kReduceColumns* kColumnReduceMaxSlices)
     }
     mine.out[mine.column] = sum;
   }
+  if (discard && threadIdx.x == 0) {
+    DiscardSlicePartials(mine.partial, units, hidden, mine.column, slices);
+  }
 }
 
 // The wide kernel (WideColumnReduction): thread (x, y) of block (b, which)
@@ -141,7 +170,8 @@ __device__ __forceinline__ void AddTo(float4& total, const float4& v) {
 }
 
 __global__ void __launch_bounds__(kWideColumnThreads* kColumnReduceMaxSlices)
-    WideColumnReduceKernel(const __grid_constant__ ColumnSums sums, int64_t units, int32_t hidden) {
+    WideColumnReduceKernel(const __grid_constant__ ColumnSums sums, int64_t units, int32_t hidden,
+                           bool discard) {
   __shared__ float4 slice_sums[kColumnReduceMaxSlices][kWideColumnThreads];
   BeginDependentGrid();
   const float* const partial = sums.partial[blockIdx.y];
@@ -181,10 +211,15 @@ __global__ void __launch_bounds__(kWideColumnThreads* kColumnReduceMaxSlices)
     out[column + 2] = sum.z;
     out[column + 3] = sum.w;
   }
+  // Eight threads' columns make a line.
+  if (discard && threadIdx.x % (kReduceColumns / 4) == 0) {
+    DiscardSlicePartials(partial, units, hidden, column, slices);
+  }
 }
 
 std::atomic<ColumnReduceForm> column_reduce_form{ColumnReduceForm::kAuto};
 std::atomic<int64_t> wide_column_reduction_launches{0};
+std::atomic<bool> discard_partials{true};
 
 // Whether a reduction of `hidden` columns takes the wide kernel. Its 16-byte
 // loads need hidden % 4 == 0; the partial rows then start on 16-byte
@@ -203,7 +238,8 @@ Status LaunchWideColumnReduction(const ColumnSums& sums, unsigned requested, int
   config.blockDim = dim3(kWideColumnThreads, static_cast<unsigned>(ColumnReduceSlices(units)));
   const Status launched =
       FromCuda("column reduction launch",
-               cudaLaunchKernelEx(&config, WideColumnReduceKernel, sums, units, hidden));
+               cudaLaunchKernelEx(&config, WideColumnReduceKernel, sums, units, hidden,
+                                  discard_partials.load(std::memory_order_relaxed)));
   if (launched.ok()) wide_column_reduction_launches.fetch_add(1, std::memory_order_relaxed);
   return launched;
 }
@@ -215,6 +251,10 @@ ColumnReduceForm GetColumnReduceForm() {
 }
 void SetColumnReduceForm(ColumnReduceForm form) {
   column_reduce_form.store(form, std::memory_order_relaxed);
+}
+bool GetDiscardPartials() { return discard_partials.load(std::memory_order_relaxed); }
+void SetDiscardPartials(bool discard) {
+  discard_partials.store(discard, std::memory_order_relaxed);
 }
 int64_t WideColumnReductionLaunches() {
   return wide_column_reduction_launches.load(std::memory_order_relaxed);
@@ -265,7 +305,8 @@ Status LaunchColumnReduction(const BackwardArgs& args, const BackwardParams& par
     }
   }
   return FromCuda("column reduction launch",
-                  cudaLaunchKernelEx(&config, reduce, sums, units, params.hidden));
+                  cudaLaunchKernelEx(&config, reduce, sums, units, params.hidden,
+                                     discard_partials.load(std::memory_order_relaxed)));
 }
 
 }  // namespace normsvc::kernels::detail

@@ -67,6 +67,8 @@ std::size_t BackwardWorkspaceBytes(int64_t rows, int64_t hidden);
 // The workspace (needed when dgamma or dbeta is requested) is 16-byte
 // aligned, as cudaMalloc's allocations are: the partials are written and
 // read as 16-byte words. A smaller or misaligned one is an invalid argument.
+// Its contents after the launch are unspecified: the column reduction drops
+// the partials it has added from the L2 without writing them back.
 Status LaunchBackward(const BackwardArgs& args, void* device_workspace, std::size_t workspace_bytes,
                       cudaStream_t stream);
 
