@@ -36,6 +36,17 @@ bool SetNamed(const char* flag, const std::pair<const char*, Policy> (&table)[N]
   return false;
 }
 
+// Sets the switch `flag` names from "on" or "off", or says that it takes those.
+bool SetOnOff(const char* flag, const char* value, void (*set)(bool)) {
+  const std::string enabled = value;
+  if (enabled != "on" && enabled != "off") {
+    std::fprintf(stderr, "norm_bench: %s takes on or off, not %s\n", flag, value);
+    return false;
+  }
+  set(enabled == "on");
+  return true;
+}
+
 }  // namespace
 
 const char* AffineName(Affine affine) {
@@ -105,12 +116,7 @@ int ParseBenchOptions(int argc, char** argv, BenchOptions* options) {
         return 2;
       }
     } else if (is("--backward-realign")) {
-      const std::string enabled = value;
-      if (enabled != "on" && enabled != "off") {
-        std::fprintf(stderr, "norm_bench: --backward-realign takes on or off, not %s\n", value);
-        return 2;
-      }
-      detail::SetBackwardRealignEnabled(enabled == "on");
+      if (!SetOnOff(flag, value, detail::SetBackwardRealignEnabled)) return 2;
     } else if (is("--ring")) {
       if (!SetNamed(flag, kRingPolicies, value, detail::SetRingPolicy)) return 2;
     } else if (is("--realign")) {
@@ -120,12 +126,7 @@ int ParseBenchOptions(int argc, char** argv, BenchOptions* options) {
     } else if (is("--column-reduce")) {
       if (!SetNamed(flag, kColumnReduceForms, value, detail::SetColumnReduceForm)) return 2;
     } else if (is("--discard-partials")) {
-      const std::string enabled = value;
-      if (enabled != "on" && enabled != "off") {
-        std::fprintf(stderr, "norm_bench: --discard-partials takes on or off, not %s\n", value);
-        return 2;
-      }
-      detail::SetDiscardPartials(enabled == "on");
+      if (!SetOnOff(flag, value, detail::SetDiscardPartials)) return 2;
     } else {
       std::fprintf(stderr, "norm_bench: unknown flag %s\n%s", flag, kUsage);
       return 2;

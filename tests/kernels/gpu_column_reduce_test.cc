@@ -19,35 +19,27 @@
 namespace normsvc::kernels::testing {
 namespace {
 
-// Sets the column reduction's form for the scope, and restores it after.
-class ScopedColumnReduceForm {
+// Sets a process-wide setting of the column reduction (its form, whether it
+// drops its partials) for the scope, and restores it after.
+template <typename T>
+class ScopedSetting {
  public:
-  explicit ScopedColumnReduceForm(detail::ColumnReduceForm form)
-      : before_(detail::GetColumnReduceForm()) {
-    detail::SetColumnReduceForm(form);
-  }
-  ~ScopedColumnReduceForm() { detail::SetColumnReduceForm(before_); }
-  ScopedColumnReduceForm(const ScopedColumnReduceForm&) = delete;
-  ScopedColumnReduceForm& operator=(const ScopedColumnReduceForm&) = delete;
+  ScopedSetting(T (*get)(), void (*set)(T), T value) : set_(set), before_(get()) { set_(value); }
+  ~ScopedSetting() { set_(before_); }
+  ScopedSetting(const ScopedSetting&) = delete;
+  ScopedSetting& operator=(const ScopedSetting&) = delete;
 
  private:
-  detail::ColumnReduceForm before_;
+  void (*set_)(T);
+  T before_;
 };
 
-// Sets whether the reductions drop their partials from the L2 for the scope,
-// and restores the setting after.
-class ScopedDiscardPartials {
- public:
-  explicit ScopedDiscardPartials(bool discard) : before_(detail::GetDiscardPartials()) {
-    detail::SetDiscardPartials(discard);
-  }
-  ~ScopedDiscardPartials() { detail::SetDiscardPartials(before_); }
-  ScopedDiscardPartials(const ScopedDiscardPartials&) = delete;
-  ScopedDiscardPartials& operator=(const ScopedDiscardPartials&) = delete;
-
- private:
-  bool before_;
-};
+ScopedSetting<detail::ColumnReduceForm> ScopedForm(detail::ColumnReduceForm form) {
+  return {detail::GetColumnReduceForm, detail::SetColumnReduceForm, form};
+}
+ScopedSetting<bool> ScopedDiscard(bool discard) {
+  return {detail::GetDiscardPartials, detail::SetDiscardPartials, discard};
+}
 
 struct ReductionCase {
   DType dtype;
@@ -100,7 +92,7 @@ class ColumnReductionRun {
   }
 
   std::vector<uint8_t> Run(detail::ColumnReduceForm form, uint8_t poison) {
-    const ScopedColumnReduceForm scoped(form);
+    const auto scoped = ScopedForm(form);
     out_.Poison(poison);
     workspace_.Poison(poison);
     float* const out = static_cast<float*>(out_.get());
@@ -211,11 +203,11 @@ TEST(BackwardColumnReduction, DiscardedPartialsGiveTheSameBits) {
          {detail::ColumnReduceForm::kNarrow, detail::ColumnReduceForm::kWide}) {
       std::vector<uint8_t> kept;
       {
-        const ScopedDiscardPartials keep(false);
+        const auto keep = ScopedDiscard(false);
         kept = run.Outputs(run.Run(form, 0x5a));
       }
       for (uint8_t poison : {uint8_t{0x7f}, uint8_t{0x3c}}) {
-        const ScopedDiscardPartials discard(true);
+        const auto discard = ScopedDiscard(true);
         const std::vector<uint8_t> dropped = run.Outputs(run.Run(form, poison));
         ASSERT_EQ(kept.size(), dropped.size());
         std::size_t differing = 0;
@@ -232,7 +224,7 @@ TEST(BackwardColumnReduction, DiscardedPartialsGiveTheSameBits) {
 TEST(BackwardColumnReduction, WideKernelMatchesDoubleReference) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("backward wide column reduction reference");
-  const ScopedColumnReduceForm wide(detail::ColumnReduceForm::kWide);
+  const auto wide = ScopedForm(detail::ColumnReduceForm::kWide);
   const ScopedBackwardRealign strided(false);
   for (const ReductionCase& c : {kCases[1], kCases[2], kCases[4], kCases[5]}) {
     for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
