@@ -45,8 +45,10 @@ __device__ __forceinline__ ColumnOfThread ThisColumn(const ColumnSums& sums) {
 // for each 128-byte line of 32 columns (`first_column`, the line's first),
 // for the units of its slice (threadIdx.y, + slices, ...). A line is dropped
 // only when it is 128-byte aligned and lies whole in its unit's row: then
-// this block's threads of that slice read all of it and nobody else does.
-// The bits are the same: only dead bytes change.
+// only this block reads it (its slice's threads; in the wide kernel other
+// slices' threads load the last unit's row too, as padding for their load
+// batches, and add nothing from it), all before that barrier. The bits are
+// the same: only dead bytes change.
 __device__ __forceinline__ void DiscardSlicePartials(const float* partial, int64_t units,
                                                      int32_t hidden, int64_t first_column,
                                                      int slices) {

@@ -3,6 +3,7 @@
 // count it meets, and its results match the double reference; dropping the
 // added partials from the L2 changes no bit.
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -62,9 +63,21 @@ constexpr ReductionCase kCases[] = {
     {DType::kBF16, 16384, 1024, 0},
 };
 
+// What a run may change from the default: the op (RMSNorm: dgamma alone, one
+// array of partials), another workspace than the case's own and its poison
+// byte (-1: the outputs' `poison`), and a buffer overwritten between the
+// poisoning and the launch (larger than the L2: the workspace's poison is
+// then in DRAM, not in dirty L2 lines).
+struct RunSetup {
+  NormOp op = NormOp::kLayerNorm;
+  const DeviceBuffer* workspace = nullptr;
+  int workspace_poison = -1;
+  const DeviceBuffer* l2_flush = nullptr;
+};
+
 // One case's inputs on the device (random x, dy and gamma; saved statistics
 // made up per row, since only the two forms' bits are compared), and Run:
-// dgamma then dbeta of a LayerNorm backward launch with `form`, the outputs
+// dgamma then dbeta (LayerNorm) of a backward launch with `form`, the outputs
 // and the workspace poisoned with `poison` first.
 class ColumnReductionRun {
  public:
@@ -91,13 +104,18 @@ class ColumnReductionRun {
     workspace_ = DeviceBuffer(BackwardWorkspaceBytes(c.rows, c.hidden));
   }
 
-  std::vector<uint8_t> Run(detail::ColumnReduceForm form, uint8_t poison) {
+  std::vector<uint8_t> Run(detail::ColumnReduceForm form, uint8_t poison,
+                           const RunSetup& setup = {}) {
     const auto scoped = ScopedForm(form);
+    const DeviceBuffer& workspace = setup.workspace != nullptr ? *setup.workspace : workspace_;
     out_.Poison(poison);
-    workspace_.Poison(poison);
+    workspace.Poison(setup.workspace_poison >= 0 ? static_cast<uint8_t>(setup.workspace_poison)
+                                                 : poison);
+    if (setup.l2_flush != nullptr) setup.l2_flush->Poison(0x11);
+    const bool layer_norm = setup.op == NormOp::kLayerNorm;
     float* const out = static_cast<float*>(out_.get());
     BackwardArgs a;
-    a.op = NormOp::kLayerNorm;
+    a.op = setup.op;
     a.rows = c_.rows;
     a.hidden = c_.hidden;
     a.epsilon = 1e-5f;
@@ -106,12 +124,12 @@ class ColumnReductionRun {
     a.dy = dy_.get();
     a.x_row_stride = a.dy_row_stride = a.dx_row_stride = c_.hidden;
     a.gamma = gamma_.get();
-    a.mean = static_cast<const float*>(mean_.get());
+    a.mean = layer_norm ? static_cast<const float*>(mean_.get()) : nullptr;
     a.rstd = static_cast<const float*>(rstd_.get());
     a.dx = dx_.get();
     a.dgamma = out + c_.out_offset;
-    a.dbeta = out + c_.out_offset + c_.hidden;
-    const Status st = LaunchBackward(a, workspace_.get(), workspace_.bytes(), nullptr);
+    a.dbeta = layer_norm ? out + c_.out_offset + c_.hidden : nullptr;
+    const Status st = LaunchBackward(a, workspace.get(), workspace.bytes(), nullptr);
     EXPECT_TRUE(st.ok()) << st.message();
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     return out_.Download();
@@ -185,38 +203,81 @@ TEST(BackwardColumnReduction, WideKernelGivesTheNarrowKernelsBits) {
   }
 }
 
+// Whether float `f` of a workspace (cudaMalloc'd: 128-byte aligned) is in a
+// 128-byte line a reduction may drop: one that lies whole in one row of
+// `hidden` partials (dbeta's rows follow dgamma's) starting on a line
+// boundary of that row, i.e. at a column that is a multiple of 32.
+bool InDroppableLine(int64_t f, int64_t hidden) {
+  const int64_t first = f / 32 * 32;
+  const int64_t row = first / hidden;
+  return (first + 31) / hidden == row && (row * hidden) % 32 == 0;
+}
+
 // Dropping the added partials from the L2 changes no bit of dgamma or
-// dbeta, with either form, whatever the rows' alignment to the 128-byte
-// lines (H = 20 and 4100: rows that start inside a line; the dbeta rows of an
-// odd unit count). A line dropped before every thread of its slice had read
-// it would read back indeterminate bytes (the poison the workspace got before
-// the launch, as DRAM still holds it) and differ here. The default (on) is
-// also what every other backward test runs with.
+// dbeta, with either form and op (RMSNorm: one array of partials), whatever
+// the rows' alignment to the 128-byte lines (H = 20: none dropped; H = 4100:
+// rows that start inside a line; the dbeta rows of an odd unit count). Each
+// run's workspace is poisoned and the L2 then flushed, so that DRAM holds the
+// poison: a line dropped before every thread of its slice had read it reads
+// back poison and the sums differ. After each run, every workspace float
+// outside the lines the reductions may drop must still hold the partial the
+// run with nothing dropped left there (a wrong line dropped would not). Each
+// case runs three times. The floats of droppable lines that no longer hold
+// their partials are counted (a recorded property: evidence that the lines
+// were dropped; the instruction allows a device to keep them).
 TEST(BackwardColumnReduction, DiscardedPartialsGiveTheSameBits) {
   NORMSVC_REQUIRE_GPU();
   EXPECT_TRUE(detail::GetDiscardPartials()) << "the default drops them";
+  int l2_bytes = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0), cudaSuccess);
+  const DeviceBuffer l2_flush(2 * static_cast<std::size_t>(l2_bytes));
   std::mt19937_64 rng = SeededRng("backward column reduction discard");
   const ScopedBackwardRealign strided(false);
+  int64_t dropped_floats_changed = 0;
   for (const ReductionCase& c : kCases) {
     ColumnReductionRun run(c, rng);
-    for (detail::ColumnReduceForm form :
-         {detail::ColumnReduceForm::kNarrow, detail::ColumnReduceForm::kWide}) {
-      std::vector<uint8_t> kept;
-      {
-        const auto keep = ScopedDiscard(false);
-        kept = run.Outputs(run.Run(form, 0x5a));
-      }
-      for (uint8_t poison : {uint8_t{0x7f}, uint8_t{0x3c}}) {
-        const auto discard = ScopedDiscard(true);
-        const std::vector<uint8_t> dropped = run.Outputs(run.Run(form, poison));
-        ASSERT_EQ(kept.size(), dropped.size());
-        std::size_t differing = 0;
-        for (std::size_t i = 0; i < kept.size(); ++i) differing += kept[i] != dropped[i];
-        EXPECT_EQ(differing, 0u) << Describe(c) << " form " << static_cast<int>(form) << " poison "
-                                 << static_cast<int>(poison);
+    const DeviceBuffer kept_workspace(BackwardWorkspaceBytes(c.rows, c.hidden));
+    const DeviceBuffer dropped_workspace(BackwardWorkspaceBytes(c.rows, c.hidden));
+    for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+      for (detail::ColumnReduceForm form :
+           {detail::ColumnReduceForm::kNarrow, detail::ColumnReduceForm::kWide}) {
+        const std::string where = Describe(c) + " op " + std::to_string(static_cast<int>(op)) +
+                                  " form " + std::to_string(static_cast<int>(form));
+        std::vector<uint8_t> kept;
+        std::vector<uint8_t> kept_partials;
+        {
+          const auto keep = ScopedDiscard(false);
+          kept = run.Outputs(run.Run(form, 0x5a, {op, &kept_workspace, 0x5a, nullptr}));
+          kept_partials = kept_workspace.Download();
+        }
+        for (int repeat = 0; repeat < 3; ++repeat) {
+          const uint8_t poison = repeat % 2 == 0 ? 0x7f : 0x3c;
+          const auto discard = ScopedDiscard(true);
+          const std::vector<uint8_t> dropped =
+              run.Outputs(run.Run(form, poison, {op, &dropped_workspace, 0x5a, &l2_flush}));
+          ASSERT_EQ(kept.size(), dropped.size());
+          std::size_t differing = 0;
+          for (std::size_t i = 0; i < kept.size(); ++i) differing += kept[i] != dropped[i];
+          EXPECT_EQ(differing, 0u) << where << " repeat " << repeat;
+          const std::vector<uint8_t> partials = dropped_workspace.Download();
+          ASSERT_EQ(partials.size(), kept_partials.size());
+          int64_t kept_lines_changed = 0;
+          for (std::size_t f = 0; f + 4 <= partials.size(); f += 4) {
+            if (std::memcmp(&partials[f], &kept_partials[f], 4) == 0) continue;
+            if (InDroppableLine(static_cast<int64_t>(f / 4), c.hidden)) {
+              ++dropped_floats_changed;
+            } else {
+              ++kept_lines_changed;
+            }
+          }
+          EXPECT_EQ(kept_lines_changed, 0) << where << " repeat " << repeat;
+        }
       }
     }
   }
+  RecordProperty("dropped_floats_changed", std::to_string(dropped_floats_changed));
+  std::printf("floats of droppable lines that no longer held their partials: %lld\n",
+              static_cast<long long>(dropped_floats_changed));
 }
 
 // The wide kernel's results against the double reference (and run to run),
