@@ -19,6 +19,7 @@ bin=.gpu/r48/bin
 export LD_LIBRARY_PATH=$PWD/.gpu/r48/lib
 bench=$bin/kernels/bench/norm_bench
 call_tests "$out" 200 --gtest_filter='*Backward*:*ColumnReduc*:KernelDispatch.*'
+grep -E "^floats of droppable" "$out/kernels_gpu_test.log" | tee -a "$out/device.txt"
 NORMSVC_TEST_MAX_ELEMENTS=65536 timeout 60 "$sanitizer" --tool memcheck --error-exitcode 9 \
   $bin/tests/kernels/kernels_gpu_test --gtest_filter='BackwardColumnReduction.*' \
   >"$out/memcheck.log" 2>&1
