@@ -223,6 +223,12 @@ std::atomic<ColumnReduceForm> column_reduce_form{ColumnReduceForm::kAuto};
 std::atomic<int64_t> wide_column_reduction_launches{0};
 std::atomic<bool> discard_partials{true};
 
+// Whether a reduction of `hidden` columns drops its partials: the policy
+// (launch_plan.h) unless the process-wide switch is off.
+bool DiscardsPartialsOf(int64_t hidden) {
+  return discard_partials.load(std::memory_order_relaxed) && DiscardsPartials(hidden);
+}
+
 // Whether a reduction of `hidden` columns takes the wide kernel. Its 16-byte
 // loads need hidden % 4 == 0; the partial rows then start on 16-byte
 // boundaries of the workspace, which LaunchBackward requires to be aligned.
@@ -238,10 +244,9 @@ Status LaunchWideColumnReduction(const ColumnSums& sums, unsigned requested, int
   config.gridDim =
       dim3(static_cast<unsigned>((hidden + kColumnsPerBlock - 1) / kColumnsPerBlock), requested);
   config.blockDim = dim3(kWideColumnThreads, static_cast<unsigned>(ColumnReduceSlices(units)));
-  const Status launched =
-      FromCuda("column reduction launch",
-               cudaLaunchKernelEx(&config, WideColumnReduceKernel, sums, units, hidden,
-                                  discard_partials.load(std::memory_order_relaxed)));
+  const Status launched = FromCuda("column reduction launch",
+                                   cudaLaunchKernelEx(&config, WideColumnReduceKernel, sums, units,
+                                                      hidden, DiscardsPartialsOf(hidden)));
   if (launched.ok()) wide_column_reduction_launches.fetch_add(1, std::memory_order_relaxed);
   return launched;
 }
@@ -306,9 +311,9 @@ Status LaunchColumnReduction(const BackwardArgs& args, const BackwardParams& par
       config.dynamicSmemBytes = kOneBlockPerMultiprocessorBytes;
     }
   }
-  return FromCuda("column reduction launch",
-                  cudaLaunchKernelEx(&config, reduce, sums, units, params.hidden,
-                                     discard_partials.load(std::memory_order_relaxed)));
+  return FromCuda(
+      "column reduction launch",
+      cudaLaunchKernelEx(&config, reduce, sums, units, params.hidden, DiscardsPartialsOf(h)));
 }
 
 }  // namespace normsvc::kernels::detail

@@ -30,8 +30,9 @@ ColumnReduceForm GetColumnReduceForm();
 void SetColumnReduceForm(ColumnReduceForm form);
 
 // Whether the reductions drop the partials' lines from the L2 once added
-// (process-wide, default true; false for A/B runs, norm_bench
-// --discard-partials off). Either way the bits are the same.
+// where DiscardsPartials(hidden) says so (launch_plan.h): process-wide,
+// default true; false drops none (A/B runs: norm_bench --discard-partials
+// off). Either way the bits are the same.
 bool GetDiscardPartials();
 void SetDiscardPartials(bool discard);
 // Launches of the wide kernel so far in this process (for tests: proof that

@@ -254,6 +254,8 @@ bool WideColumnReduction(int64_t hidden) {
   return hidden % 4 == 0 && hidden >= kWideColumnReduceMinHidden;
 }
 
+bool DiscardsPartials(int64_t hidden) { return hidden >= kDiscardPartialsMinHidden; }
+
 std::size_t BackwardDynamicSmemBytes(const KernelPlan& plan) {
   if (UsesStagedBackward(plan)) return BackwardStagedSmemBytes(plan.block_threads, plan.slots);
   if (plan.layout != Layout::kStreamed && plan.groups > 1) {

@@ -219,6 +219,17 @@ int ColumnReduceSlices(int64_t units);
 inline constexpr int64_t kWideColumnReduceMinHidden = 16384;
 bool WideColumnReduction(int64_t hidden);
 
+// Column reductions of rows of at least kDiscardPartialsMinHidden drop the
+// partials they have added from the L2 without writing them back
+// (column_reduce.cu, DiscardSlicePartials). Measured on the H200
+// (kernels/BENCHMARKS.md, round 48; off / on interleaved twice): the
+// backward at H = 4096-65536 by +0.009 of copy on average (13 of 16 shapes
+// up; bf16 LayerNorm 16384 0.509 -> 0.530, fp32 LayerNorm 65536 0.79 ->
+// 0.81), at H = 768-2049 by -0.006 (10 of 12 down), where the partials are
+// a few percent of the bytes. The same bits either way.
+inline constexpr int64_t kDiscardPartialsMinHidden = 4096;
+bool DiscardsPartials(int64_t hidden);
+
 // Dynamic shared memory of a backward launch of `plan`: the staged kernel's
 // ring, or the register kernel's combine of several rows' partials a block.
 std::size_t BackwardDynamicSmemBytes(const KernelPlan& plan);

@@ -175,6 +175,18 @@ TEST(BackwardUnitPlan, WideColumnReductionTakesLongRowsOfWholeColumnQuads) {
   for (int64_t hidden : {16384, 16388, 65536, 262144}) EXPECT_TRUE(WideColumnReduction(hidden));
 }
 
+// The column reductions drop their partials from the L2 from H = 4096 on,
+// whatever the column count's divisibility (each line is checked on its
+// own); below it they keep them.
+TEST(BackwardUnitPlan, PartialsDroppedFromRowsOf4096On) {
+  EXPECT_FALSE(DiscardsPartials(1));
+  EXPECT_FALSE(DiscardsPartials(2049));
+  EXPECT_FALSE(DiscardsPartials(4095));
+  EXPECT_TRUE(DiscardsPartials(4096));
+  EXPECT_TRUE(DiscardsPartials(4100));
+  EXPECT_TRUE(DiscardsPartials(65536));
+}
+
 // The shapes of BackwardColumnReduction.WideKernelGivesTheNarrowKernelsBits
 // (gpu_column_reduce_test.cc) reach the slice counts its comments name.
 TEST(BackwardUnitPlan, WideColumnReductionTestShapesReachTheirSlices) {

@@ -204,27 +204,30 @@ TEST(BackwardColumnReduction, WideKernelGivesTheNarrowKernelsBits) {
 }
 
 // Whether float `f` of a workspace (cudaMalloc'd: 128-byte aligned) is in a
-// 128-byte line a reduction may drop: one that lies whole in one row of
-// `hidden` partials (dbeta's rows follow dgamma's) starting on a line
+// 128-byte line a reduction may drop: rows of `hidden` partials whose
+// reductions drop them (DiscardsPartials), and in them a line that lies
+// whole in one row (dbeta's rows follow dgamma's) starting on a line
 // boundary of that row, i.e. at a column that is a multiple of 32.
 bool InDroppableLine(int64_t f, int64_t hidden) {
   const int64_t first = f / 32 * 32;
   const int64_t row = first / hidden;
-  return (first + 31) / hidden == row && (row * hidden) % 32 == 0;
+  return detail::DiscardsPartials(hidden) && (first + 31) / hidden == row &&
+         (row * hidden) % 32 == 0;
 }
 
 // Dropping the added partials from the L2 changes no bit of dgamma or
 // dbeta, with either form and op (RMSNorm: one array of partials), whatever
-// the rows' alignment to the 128-byte lines (H = 20: none dropped; H = 4100:
-// rows that start inside a line; the dbeta rows of an odd unit count). Each
-// run's workspace is poisoned and the L2 then flushed, so that DRAM holds the
-// poison: a line dropped before every thread of its slice had read it reads
-// back poison and the sums differ. After each run, every workspace float
-// outside the lines the reductions may drop must still hold the partial the
-// run with nothing dropped left there (a wrong line dropped would not). Each
-// case runs three times. The floats of droppable lines that no longer hold
-// their partials are counted (a recorded property: evidence that the lines
-// were dropped; the instruction allows a device to keep them).
+// the rows' alignment to the 128-byte lines (H = 20: none dropped, below
+// kDiscardPartialsMinHidden; H = 4100: rows that start inside a line; the
+// dbeta rows of an odd unit count). Each run's workspace is poisoned and
+// the L2 then flushed, so that DRAM holds the poison: a line dropped before
+// every thread of its slice had read it reads back poison and the sums
+// differ. After each run, every workspace float outside the lines the
+// reductions may drop must still hold the partial the run with nothing
+// dropped left there (a wrong line dropped would not). Each case runs three
+// times. The floats of droppable lines that no longer hold their partials
+// are counted (a recorded property: evidence that the lines were dropped;
+// the instruction allows a device to keep them).
 TEST(BackwardColumnReduction, DiscardedPartialsGiveTheSameBits) {
   NORMSVC_REQUIRE_GPU();
   EXPECT_TRUE(detail::GetDiscardPartials()) << "the default drops them";
@@ -256,8 +259,11 @@ TEST(BackwardColumnReduction, DiscardedPartialsGiveTheSameBits) {
           const std::vector<uint8_t> dropped =
               run.Outputs(run.Run(form, poison, {op, &dropped_workspace, 0x5a, &l2_flush}));
           ASSERT_EQ(kept.size(), dropped.size());
+          // RMSNorm writes dgamma alone: dbeta's place holds each run's poison.
+          const std::size_t written = (op == NormOp::kLayerNorm ? 2 : 1) *
+                                      static_cast<std::size_t>(c.hidden) * sizeof(float);
           std::size_t differing = 0;
-          for (std::size_t i = 0; i < kept.size(); ++i) differing += kept[i] != dropped[i];
+          for (std::size_t i = 0; i < written; ++i) differing += kept[i] != dropped[i];
           EXPECT_EQ(differing, 0u) << where << " repeat " << repeat;
           const std::vector<uint8_t> partials = dropped_workspace.Download();
           ASSERT_EQ(partials.size(), kept_partials.size());
