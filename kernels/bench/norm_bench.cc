@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bench_options.h"
+#include "bench_report.h"
 #include "bench_timing.h"
 #include "kernel_registry.h"
 #include "launch_plan.h"
@@ -44,15 +45,6 @@ int64_t LargeRows(int64_t hidden) { return (large_elements + hidden - 1) / hidde
 // residual and write the sum out (--residual).
 Affine forward_affine = Affine::kFull;
 bool forward_residual = false;
-
-struct Record {
-  std::string kind;  // forward(_residual), backward, small_batch, multi_segment, ...
-  std::string op, dtype, plan;
-  int64_t rows = 0, hidden = 0;
-  double micros = 0, bytes = 0, copy_micros = 0;
-  double Gbps() const { return bytes / micros / 1e3; }
-  double CopyGbps() const { return bytes / copy_micros / 1e3; }
-};
 
 struct Pool {  // per dtype: x and out hold 1.5x elements for the backward copy
   void* x[kSets];
@@ -382,43 +374,6 @@ Record SegmentTableParts(const Pool& pool, cudaStream_t stream) {
   return r;
 }
 
-void WriteJson(const char* path, const std::vector<Record>& records, const cudaDeviceProp& prop) {
-  FILE* f = std::fopen(path, "w");
-  if (f == nullptr) {
-    std::perror(path);
-    return;
-  }
-  std::fprintf(f,
-               "{\"device\": \"%s\", \"sm_count\": %d, \"l2_bytes\": %d, \"ring\": \"%s\", "
-               "\"param_staging\": \"%s\", \"realign\": \"%s\", \"backward_realign\": \"%s\", "
-               "\"column_reduce\": \"%s\", \"discard_partials\": \"%s\", "
-               "\"large_elements\": %lld, \"affine\": \"%s\", "
-               "\"residual\": %s, \"records\": [\n",
-               prop.name, prop.multiProcessorCount, prop.l2CacheSize,
-               RingPolicyName(kernels::detail::GetRingPolicy()),
-               ParamStagingName(kernels::detail::GetParamStaging()),
-               NameOf(kRealignPolicies, kernels::detail::GetRealignPolicy()),
-               kernels::detail::BackwardRealignEnabled() ? "on" : "off",
-               NameOf(kColumnReduceForms, kernels::detail::GetColumnReduceForm()),
-               kernels::detail::GetDiscardPartials() ? "on" : "off",
-               static_cast<long long>(large_elements), AffineName(forward_affine),
-               forward_residual ? "true" : "false");
-  for (std::size_t i = 0; i < records.size(); ++i) {
-    const Record& r = records[i];
-    std::fprintf(f,
-                 "  {\"kind\": \"%s\", \"op\": \"%s\", \"dtype\": \"%s\", \"rows\": %lld, "
-                 "\"hidden\": %lld, \"plan\": \"%s\", \"micros\": %.3f, \"bytes\": %.0f, "
-                 "\"gbps\": %.1f, \"copy_micros\": %.3f, \"copy_gbps\": %.1f, "
-                 "\"ratio_to_copy\": %.4f}%s\n",
-                 r.kind.c_str(), r.op.c_str(), r.dtype.c_str(), static_cast<long long>(r.rows),
-                 static_cast<long long>(r.hidden), r.plan.c_str(), r.micros, r.bytes, r.Gbps(),
-                 r.copy_micros, r.CopyGbps(), r.copy_micros / r.micros,
-                 i + 1 < records.size() ? "," : "");
-  }
-  std::fprintf(f, "]}\n");
-  std::fclose(f);
-}
-
 }  // namespace
 }  // namespace normsvc::bench
 
@@ -492,14 +447,9 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::printf("%-25s %-10s %-5s %6s %6s %-26s %9s %8s %9s %8s %6s\n", "kind", "op", "dtype", "rows",
-              "H", "plan", "us", "GB/s", "copy us", "copy", "ratio");
-  for (const Record& r : records) {
-    std::printf("%-25s %-10s %-5s %6lld %6lld %-26s %9.2f %8.0f %9.2f %8.0f %6.3f\n",
-                r.kind.c_str(), r.op.c_str(), r.dtype.c_str(), static_cast<long long>(r.rows),
-                static_cast<long long>(r.hidden), r.plan.c_str(), r.micros, r.Gbps(), r.copy_micros,
-                r.CopyGbps(), r.copy_micros / r.micros);
+  PrintTable(records);
+  if (options.json != nullptr) {
+    WriteJson(options.json, records, prop, {large_elements, forward_affine, forward_residual});
   }
-  if (options.json != nullptr) WriteJson(options.json, records, prop);
   return 0;
 }
