@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Round 49 on the GPU machine (an H200): round 24's persistent parameter
+# staging (gamma/beta staged in shared memory once a block, the blocks
+# looping over row groups) rebuilt on HEAD, A/B in one binary: the
+# parameter-staging tests, then norm_bench --forward-only with
+# --param_staging one-wave (the default) and persistent, interleaved twice.
+# Bundle: apply round49.patch, build, then kernels/bench/pack_gpu_bundle.sh
+# build-gpu .gpu/r49 tests/kernels/kernels_gpu_test kernels/bench/norm_bench.
+# Writes under $1, packs it into $1.tgz.
+set -u
+out=${1:?usage: call.sh OUT_DIR}
+source kernels/bench/device_call.sh
+call_begin "$out"
+call_unpack .gpu/r49
+bin=.gpu/r49/bin
+export LD_LIBRARY_PATH=$PWD/.gpu/r49/lib
+call_tests "$out" 120 --gtest_filter='ForwardParamStaging.*:AllDtypes/ForwardMatrix.*'
+for run in 1 2; do
+  for staging in one-wave persistent; do
+    name=forward_${staging}_$run
+    timeout 90 "$bin/kernels/bench/norm_bench" --forward-only --param_staging $staging \
+      --json "$out/$name.json" >"$out/$name.txt" 2>&1
+    echo "$name exit $?" | tee -a "$out/device.txt"
+  done
+done
+paste <(awk '$1=="forward"{print $2, $3, $5}' "$out/forward_one-wave_1.txt") \
+  <(awk '$1=="forward"{print $NF}' "$out/forward_one-wave_1.txt") \
+  <(awk '$1=="forward"{print $NF}' "$out/forward_persistent_1.txt") \
+  <(awk '$1=="forward"{print $NF}' "$out/forward_one-wave_2.txt") \
+  <(awk '$1=="forward"{print $NF}' "$out/forward_persistent_2.txt") | tee "$out/summary.txt"
+call_end "$out"
