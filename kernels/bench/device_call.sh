@@ -3,6 +3,7 @@
 #
 #   source kernels/bench/device_call.sh
 #   call_begin OUT_DIR                    # folder, bundle unpacked, device.txt
+#   call_use_bundle DIR                   # DIR's bundle instead of .gpu's
 #   call_ab_bundle DIR                    # DIR's bundle and .gpu/base's kernels library
 #   call_forward_ab OUT_DIR PREFIX SHAPE...  # norm_bench forward, base and patched, twice
 #   call_tests OUT_DIR SECONDS [ARGS...]  # kernels_gpu_test ARGS -> kernels_gpu_test.log
@@ -19,6 +20,15 @@
 call_unpack() {
   local dir=$1
   if [[ ! -d $dir/bin && -f $dir/bundle.tar.xz ]]; then tar -C "$dir" -xJf "$dir/bundle.tar.xz"; fi
+}
+
+# Runs from DIR's bundle (pack_gpu_bundle.sh build-gpu DIR BINARY...): unpacks
+# it, sets `bin` to its binaries and LD_LIBRARY_PATH to its libraries.
+call_use_bundle() {
+  local dir=$1
+  call_unpack "$dir"
+  bin=$dir/bin
+  export LD_LIBRARY_PATH=$PWD/$dir/lib
 }
 
 call_begin() {

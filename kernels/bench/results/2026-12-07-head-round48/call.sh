@@ -11,9 +11,7 @@ set -u
 out=${1:?usage: call.sh OUT_DIR}
 source kernels/bench/device_call.sh
 call_begin "$out"
-call_unpack .gpu/h48
-bin=.gpu/h48/bin
-export LD_LIBRARY_PATH=$PWD/.gpu/h48/lib
+call_use_bundle .gpu/h48
 call_tests "$out" 200 --gtest_filter='*'
 grep -E "^floats of droppable" "$out/kernels_gpu_test.log" | tee -a "$out/device.txt"
 PYTHONUNBUFFERED=1 timeout 170 python3 kernels/bench/compare_torch.py \

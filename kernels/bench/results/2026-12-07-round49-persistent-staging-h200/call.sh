@@ -11,9 +11,7 @@ set -u
 out=${1:?usage: call.sh OUT_DIR}
 source kernels/bench/device_call.sh
 call_begin "$out"
-call_unpack .gpu/r49
-bin=.gpu/r49/bin
-export LD_LIBRARY_PATH=$PWD/.gpu/r49/lib
+call_use_bundle .gpu/r49
 call_tests "$out" 120 --gtest_filter='ForwardParamStaging.*:AllDtypes/ForwardMatrix.*'
 for run in 1 2; do
   for staging in one-wave persistent; do
