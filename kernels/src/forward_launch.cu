@@ -2,6 +2,7 @@
 // plan, the segment table upload, one kernel launch per plan.
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -266,14 +267,7 @@ struct PreparedForward {
 Status PrepareForward(const ForwardSegment* segments, int count, void* device_workspace,
                       std::size_t workspace_bytes, unsigned char* host_table,
                       PreparedForward* prepared) {
-  if (count < 0 || (count > 0 && segments == nullptr)) {
-    return detail::InvalidArgument("segments must not be null and count must be >= 0");
-  }
-  for (int i = 0; i < count; ++i) {
-    if (Status st = ValidateForwardSegment(segments[i]); !st.ok()) {
-      return Status(st.code(), "segment " + std::to_string(i) + ": " + st.message());
-    }
-  }
+  if (Status st = ValidateForwardSegments(segments, count); !st.ok()) return st;
 
   struct Entry {
     uint64_t key;  // PlanKey packed: entries of one launch are adjacent once sorted
@@ -316,6 +310,13 @@ Status PrepareForward(const ForwardSegment* segments, int count, void* device_wo
         "a multi-segment launch needs a device workspace of ForwardWorkspaceBytes(" +
         std::to_string(count) + ") = " + std::to_string(ForwardWorkspaceBytes(count)) +
         " bytes, got " + std::to_string(device_workspace ? workspace_bytes : 0));
+  }
+  // The kernels read the table's entries (8-byte fields) in place: a
+  // misaligned one would fault, a sticky error that ends the context.
+  if (needs_table && reinterpret_cast<std::uintptr_t>(device_workspace) % 16 != 0) {
+    return detail::InvalidArgument(
+        "a multi-segment launch's device workspace must be 16-byte aligned (cudaMalloc's "
+        "allocations are)");
   }
   if (needs_table) prepared->table_bytes = n * kTableEntryBytes;
 

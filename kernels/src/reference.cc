@@ -383,14 +383,7 @@ RowResult ReferenceForwardRow(NormOp op, const double* x, const double* residual
 
 Status ReferenceForward(const ForwardSegment* segments, int count,
                         const ReferenceOptions& options) {
-  if (count < 0 || (count > 0 && segments == nullptr)) {
-    return Status(Code::kInvalidArgument, "segments must not be null");
-  }
-  for (int i = 0; i < count; ++i) {
-    if (Status st = ValidateForwardSegment(segments[i]); !st.ok()) {
-      return Status(st.code(), "segment " + std::to_string(i) + ": " + st.message());
-    }
-  }
+  if (Status st = ValidateForwardSegments(segments, count); !st.ok()) return st;
   // Rows of every segment share the threads (a server batch is many small
   // segments): each row is computed alone, so the split changes no bit.
   int64_t elements = 0;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <utility>
 
 namespace normsvc::kernels {
 namespace {
@@ -30,10 +31,20 @@ Status CheckShape(int64_t rows, int64_t hidden) {
   return Status::Ok();
 }
 
-Status CheckStride(const char* name, int64_t stride, int64_t hidden) {
+// A tensor of `rows` > 0 rows: its stride at least H, and its extent
+// ((rows - 1) x stride + H elements) within kMaxTensorBytes, checked without
+// forming the product.
+Status CheckLayout(const char* name, int64_t rows, int64_t stride, int64_t hidden,
+                   std::size_t element_bytes) {
   if (stride < hidden) {
     return Invalid(std::string(name) + " row stride " + std::to_string(stride) +
                    " is smaller than the hidden size " + std::to_string(hidden));
+  }
+  const int64_t max_elements = kMaxTensorBytes / static_cast<int64_t>(element_bytes);
+  if (rows - 1 > (max_elements - hidden) / stride) {
+    return Invalid(std::string(name) + ": " + std::to_string(rows) + " rows of stride " +
+                   std::to_string(stride) + " span more than " + std::to_string(kMaxTensorBytes) +
+                   " bytes");
   }
   return Status::Ok();
 }
@@ -90,14 +101,23 @@ Status ValidateForwardSegment(const ForwardSegment& s) {
   if (Status st = CheckParamDType(s.param_dtype, s.x_dtype); !st.ok()) return st;
   if (s.rows == 0) return Status::Ok();
   if (s.x == nullptr || s.out == nullptr) return Invalid("x and out are required");
-  if (Status st = CheckStride("x", s.x_row_stride, s.hidden); !st.ok()) return st;
-  if (Status st = CheckStride("out", s.out_row_stride, s.hidden); !st.ok()) return st;
+  const std::size_t x_bytes = DTypeSize(s.x_dtype);
+  if (Status st = CheckLayout("x", s.rows, s.x_row_stride, s.hidden, x_bytes); !st.ok()) return st;
+  if (Status st = CheckLayout("out", s.rows, s.out_row_stride, s.hidden, DTypeSize(s.out_dtype));
+      !st.ok()) {
+    return st;
+  }
   if (s.residual != nullptr) {
-    if (Status st = CheckStride("residual", s.residual_row_stride, s.hidden); !st.ok()) return st;
+    if (Status st = CheckLayout("residual", s.rows, s.residual_row_stride, s.hidden, x_bytes);
+        !st.ok()) {
+      return st;
+    }
   }
   if (s.residual_out != nullptr) {
     if (s.residual == nullptr) return Invalid("residual_out requires residual");
-    if (Status st = CheckStride("residual_out", s.residual_out_row_stride, s.hidden); !st.ok()) {
+    if (Status st =
+            CheckLayout("residual_out", s.rows, s.residual_out_row_stride, s.hidden, x_bytes);
+        !st.ok()) {
       return st;
     }
   }
@@ -105,7 +125,6 @@ Status ValidateForwardSegment(const ForwardSegment& s) {
     if (s.beta != nullptr) return Invalid("RMSNorm takes no beta");
     if (s.mean != nullptr) return Invalid("RMSNorm saves no mean");
   }
-  const std::size_t x_bytes = DTypeSize(s.x_dtype);
   const std::size_t param_bytes = DTypeSize(s.param_dtype);
   for (const auto& [name, p, bytes] :
        {std::tuple<const char*, const void*, std::size_t>{"x", s.x, x_bytes},
@@ -138,10 +157,12 @@ Status ValidateBackwardArgs(const BackwardArgs& a) {
   if (a.x == nullptr || a.dy == nullptr || a.dx == nullptr) {
     return Invalid("x, dy and dx are required");
   }
-  if (Status st = CheckStride("x", a.x_row_stride, a.hidden); !st.ok()) return st;
-  if (Status st = CheckStride("dy", a.dy_row_stride, a.hidden); !st.ok()) return st;
-  if (Status st = CheckStride("dx", a.dx_row_stride, a.hidden); !st.ok()) return st;
   const std::size_t x_bytes = DTypeSize(a.x_dtype);
+  for (const auto& [name, stride] : {std::pair<const char*, int64_t>{"x", a.x_row_stride},
+                                     {"dy", a.dy_row_stride},
+                                     {"dx", a.dx_row_stride}}) {
+    if (Status st = CheckLayout(name, a.rows, stride, a.hidden, x_bytes); !st.ok()) return st;
+  }
   for (const auto& [name, p, bytes] :
        {std::tuple<const char*, const void*, std::size_t>{"x", a.x, x_bytes},
         {"dy", a.dy, x_bytes},
@@ -152,6 +173,26 @@ Status ValidateBackwardArgs(const BackwardArgs& a) {
         {"dgamma", a.dgamma, sizeof(float)},
         {"dbeta", a.dbeta, sizeof(float)}}) {
     if (Status st = CheckElementAligned(name, p, bytes); !st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+Status ValidateForwardSegments(const ForwardSegment* segments, int count) {
+  if (count < 0 || (count > 0 && segments == nullptr)) {
+    return Invalid("segments must not be null and count must be >= 0");
+  }
+  int64_t elements = 0;
+  for (int i = 0; i < count; ++i) {
+    if (Status st = ValidateForwardSegment(segments[i]); !st.ok()) {
+      return Status(st.code(), "segment " + std::to_string(i) + ": " + st.message());
+    }
+    // Each term is within kMaxTensorBytes (its x extent is), so the sum
+    // cannot overflow before it passes the bound.
+    elements += segments[i].rows * segments[i].hidden;
+    if (elements > kMaxTensorBytes) {
+      return Invalid("the segments together hold more than " + std::to_string(kMaxTensorBytes) +
+                     " elements");
+    }
   }
   return Status::Ok();
 }

@@ -1,6 +1,6 @@
-// Backward on special rows of x: zero variance, near-constant, a NaN, a
-// +Inf; LayerNorm and RMSNorm, saved and recomputed statistics, every dtype
-// and the backward kernels' paths (the case and its metric, non-finite
+// Backward on special rows of x: zero variance, near-constant, a large mean
+// with a small spread, tiny values, a NaN, a +Inf; LayerNorm and RMSNorm, saved and recomputed
+// statistics, every dtype and the backward kernels' paths (the case and its metric, non-finite
 // results included: gpu_backward_case.h).
 #include <cmath>
 #include <random>
@@ -15,7 +15,7 @@
 namespace normsvc::kernels::testing {
 namespace {
 
-enum class RowKind { kRandom, kZeroVariance, kNearConstant, kNaN, kInf };
+enum class RowKind { kRandom, kZeroVariance, kNearConstant, kLargeMean, kTiny, kNaN, kInf };
 
 // Rewrites row r of x. Random rows keep the case's N(0.3, 1.7) values.
 void WriteRow(HostTensor& x, int64_t r, RowKind kind, std::mt19937_64& rng) {
@@ -23,6 +23,12 @@ void WriteRow(HostTensor& x, int64_t r, RowKind kind, std::mt19937_64& rng) {
   // Near-constant: 0.75 + 1e-6 N(0,1) in fp32; fp16 and bf16 round that to
   // 0.75, so there the spread is their spacing at 0.75 (2^-11, 2^-8).
   const double spread = x.dtype == DType::kF32 ? 1e-6 : OutputUlp(x.dtype, 0.75);
+  // Large mean, small spread (catastrophic cancellation in the centring): 1e4
+  // +- 1e-2 in fp32; 64 +- 0.5 in fp16 and bf16, which round 1e4 + 1e-2 to a
+  // constant (as the forward special rows).
+  const bool wide = x.dtype == DType::kF32;
+  const double large_mean = wide ? 1e4 : 64.0;
+  const double small_spread = wide ? 1e-2 : 0.5;
   for (int64_t c = 0; c < x.cols; ++c) {
     switch (kind) {
       case RowKind::kRandom:
@@ -32,6 +38,14 @@ void WriteRow(HostTensor& x, int64_t r, RowKind kind, std::mt19937_64& rng) {
         break;
       case RowKind::kNearConstant:
         x.Set(r, c, 0.75 + spread * normal(rng));
+        break;
+      case RowKind::kLargeMean:
+        x.Set(r, c, large_mean + small_spread * normal(rng));
+        break;
+      case RowKind::kTiny:
+        // Tiny values: in fp16 many are subnormal and their squares
+        // underflow in any 16-bit arithmetic.
+        x.Set(r, c, 1e-4 * normal(rng));
         break;
       case RowKind::kNaN:
         if (c == x.cols / 2) x.Set(r, c, NAN);
@@ -44,8 +58,8 @@ void WriteRow(HostTensor& x, int64_t r, RowKind kind, std::mt19937_64& rng) {
 }
 
 // Three tensors a configuration, each of random rows with two zero-variance
-// rows and two near-constant rows among them: as they are (dx, dgamma and
-// dbeta all within the metric), then with one more row holding a NaN, or a
+// rows, two near-constant rows, a large-mean row and a tiny row among them:
+// as they are (dx, dgamma and dbeta all within the metric), then with one more row holding a NaN, or a
 // +Inf, in the middle. For that row the double reference (saved statistics:
 // the reference's, rounded to fp32; both modes: NaN for LayerNorm and for a
 // NaN row, rstd 0 for RMSNorm's +Inf row) gives a dx that is NaN throughout,
@@ -57,7 +71,7 @@ void WriteRow(HostTensor& x, int64_t r, RowKind kind, std::mt19937_64& rng) {
 // outputs were poisoned with a finite pattern, so an unwritten element of
 // the NaN row fails; RunAndCheck also runs each case twice for bitwise
 // repetition.
-TEST(BackwardSpecialRows, ConstantNearConstantNaNAndInfRows) {
+TEST(BackwardSpecialRows, ConstantNearConstantLargeMeanTinyNaNAndInfRows) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("backward special rows");
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
@@ -69,9 +83,11 @@ TEST(BackwardSpecialRows, ConstantNearConstantNaNAndInfRows) {
         // vector width: the element-wise paths).
         for (int64_t hidden : {64, 768, 2049, 4096, 16384, 262144}) {
           for (RowKind extra : {RowKind::kRandom, RowKind::kNaN, RowKind::kInf}) {
-            const std::vector<RowKind> kinds = {
-                RowKind::kRandom,       RowKind::kZeroVariance, RowKind::kNearConstant, extra,
-                RowKind::kNearConstant, RowKind::kRandom,       RowKind::kZeroVariance};
+            const std::vector<RowKind> kinds = {RowKind::kRandom,       RowKind::kZeroVariance,
+                                                RowKind::kNearConstant, extra,
+                                                RowKind::kNearConstant, RowKind::kLargeMean,
+                                                RowKind::kTiny,         RowKind::kRandom,
+                                                RowKind::kZeroVariance};
             BackwardSpec s;
             s.op = op;
             s.dtype = s.param_dtype = dtype;
@@ -79,9 +95,9 @@ TEST(BackwardSpecialRows, ConstantNearConstantNaNAndInfRows) {
             s.hidden = hidden;
             s.given_stats = given_stats;
             s.pad = given_stats ? 0 : 3;
-            s.label = extra == RowKind::kNaN   ? "constant, near-constant, NaN"
-                      : extra == RowKind::kInf ? "constant, near-constant, +Inf"
-                                               : "constant, near-constant";
+            s.label = extra == RowKind::kNaN   ? "constant, near-constant, large-mean, tiny, NaN"
+                      : extra == RowKind::kInf ? "constant, near-constant, large-mean, tiny, +Inf"
+                                               : "constant, near-constant, large-mean, tiny";
             s.rewrite_x = [kinds](HostTensor& x, std::mt19937_64& row_rng) {
               for (int64_t r = 0; r < x.rows; ++r) WriteRow(x, r, kinds[r], row_rng);
             };

@@ -28,8 +28,10 @@ std::size_t ForwardWorkspaceBytes(int segment_count);
 // enqueued before it still read it). Otherwise, or with no staging, the
 // table is copied to the workspace on the stream (from pageable memory:
 // synchronous with the host, not capturable in a CUDA graph). A table exists only when two or more
-// segments share a plan; the workspace is checked then (it is required even when the table is read
-// in place, so that a call's validity does not depend on the memory's kind). Segments whose
+// segments share a plan; the workspace is checked then: its size, and its 16-byte alignment (as
+// cudaMalloc's allocations are; the kernels read the table's 8-byte fields in place). It is
+// required even when the table is read in place, so that a call's validity does not depend on the
+// memory's kind. Segments whose
 // pointers are 16-byte aligned and whose row pitches are multiples of 16
 // bytes use 16-byte accesses (same results either way).
 Status LaunchForward(const ForwardSegment* segments, int count, void* device_workspace,

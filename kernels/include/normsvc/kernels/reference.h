@@ -8,6 +8,13 @@
 // bits for every thread count and host. Same shape of API as the GPU
 // launchers (gpu.h), on host pointers. Multithreaded over rows; thread-safe
 // (no shared state).
+//
+// Where the two backends part beyond rounding: a row whose fp32 sum of
+// squares overflows (|x - mean| or |x| above about 1.8e19, which fp32 and
+// bf16 inputs can hold). The GPU kernels accumulate in fp32, as PyTorch's
+// do: their variance is infinite, rstd 0, and the row's output is beta (0
+// without). Here, in double, the row normalizes to finite values. Requests
+// with such rows get different answers from the CPU and the CUDA backends.
 #pragma once
 
 #include <vector>
@@ -21,8 +28,8 @@ struct ReferenceOptions {
   int max_threads = 0;
 };
 
-// Normalizes every segment. Returns kInvalidArgument for a malformed segment
-// (nothing is written then for that segment or any after it).
+// Normalizes every segment. Returns kInvalidArgument for a malformed call
+// (ValidateForwardSegments; nothing is written then).
 Status ReferenceForward(const ForwardSegment* segments, int count,
                         const ReferenceOptions& options = {});
 

@@ -22,6 +22,14 @@ const char* NormOpName(NormOp op);
 // The largest hidden size every kernel path supports.
 inline constexpr int64_t kMaxHidden = 1 << 20;
 
+// The largest extent of one tensor, in bytes ((rows - 1) x row stride + H
+// elements), and of the elements of one call's segments together: 2^48,
+// beyond the memory any process can address today, so that every element
+// offset and count a kernel or the reference forms from rows and strides
+// fits in int64_t. A larger one can only come from a wrong row count or
+// stride, and is refused instead of overflowing into a wrong address.
+inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 48;
+
 // Error value returned by launchers and the reference. Kernels never throw.
 enum class Code : uint8_t { kOk = 0, kInvalidArgument, kResourceExhausted, kInternal };
 
@@ -109,5 +117,9 @@ struct BackwardArgs {
 // allowed for the op. Used by both the GPU launchers and the reference.
 Status ValidateForwardSegment(const ForwardSegment& segment);
 Status ValidateBackwardArgs(const BackwardArgs& args);
+// The segments of one call: `count` >= 0, `segments` not null when count >
+// 0, each segment valid (its errors prefixed "segment i: "), and their rows
+// x H together at most kMaxTensorBytes elements.
+Status ValidateForwardSegments(const ForwardSegment* segments, int count);
 
 }  // namespace normsvc::kernels
