@@ -33,25 +33,14 @@ absl::Status Batcher::Schedule(std::unique_ptr<Task>& task) {
   }
   absl::MutexLock lock(&mutex_);
   if (closed_) return refusal_;
-  if (budget_ != nullptr && task->memory_bytes() > budget_->limit()) {
-    // No amount of waiting makes room: refuse it as the limit it exceeds,
-    // not as a retryable shortage.
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the request needs ", task->memory_bytes(),
-        " bytes of server memory (its input and output), more than --max_queued_bytes (",
-        budget_->limit(), ") allows any request"));
-  }
+  if (absl::Status st = CheckFitsBudget(task->memory_bytes()); !st.ok()) return st;
   if (static_cast<int64_t>(queue_.size()) >= options_.max_queue_size) {
     rejections_.queue_full->Increment();
     return absl::ResourceExhaustedError(absl::StrCat(
         "queue full: ", queue_.size(), " requests queued (--max_queue_size); retry later"));
   }
-  if (budget_ != nullptr && !budget_->TryAcquire(task->memory_bytes())) {
-    rejections_.queue_full->Increment();
-    return absl::ResourceExhaustedError(
-        absl::StrCat("server memory budget spent: ", budget_->used(), " of ", budget_->limit(),
-                     " bytes held by accepted requests and their replies not yet sent "
-                     "(--max_queued_bytes); retry later"));
+  if (!task->memory_prepaid) {
+    if (absl::Status st = AcquireMemory(task->memory_bytes()); !st.ok()) return st;
   }
   task->enqueued_at = now;
   deadlines_.insert(task->deadline);
@@ -64,6 +53,35 @@ absl::Status Batcher::Schedule(std::unique_ptr<Task>& task) {
   metrics_.pending_rows->Increment(static_cast<double>(task->rows));
   queue_.push_back(std::move(task));
   ready_.Signal();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<MemoryReservation> Batcher::ReserveMemory(int64_t bytes) {
+  if (absl::Status st = CheckFitsBudget(bytes); !st.ok()) return st;
+  if (absl::Status st = AcquireMemory(bytes); !st.ok()) return st;
+  return MemoryReservation::Adopt(budget_, bytes);
+}
+
+absl::Status Batcher::CheckFitsBudget(int64_t bytes) const {
+  if (budget_ != nullptr && bytes > budget_->limit()) {
+    // No amount of waiting makes room: refuse it as the limit it exceeds,
+    // not as a retryable shortage.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the request needs ", bytes,
+        " bytes of server memory (its input and output), more than --max_queued_bytes (",
+        budget_->limit(), ") allows any request"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Batcher::AcquireMemory(int64_t bytes) {
+  if (budget_ != nullptr && !budget_->TryAcquire(bytes)) {
+    rejections_.queue_full->Increment();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("server memory budget spent: ", budget_->used(), " of ", budget_->limit(),
+                     " bytes held by accepted requests and their replies not yet sent "
+                     "(--max_queued_bytes); retry later"));
+  }
   return absl::OkStatus();
 }
 

@@ -7,7 +7,9 @@
 //   keeps it: RESOURCE_EXHAUSTED when the queue holds max_queue_size tasks
 //   or the server's byte budget is spent, INVALID_ARGUMENT when the task
 //   alone needs more than the whole budget, DEADLINE_EXCEEDED when its
-//   deadline has already passed, UNAVAILABLE once closed.
+//   deadline has already passed, UNAVAILABLE once closed. A task whose
+//   memory was reserved beforehand (ReserveMemory, Task::memory_prepaid) is
+//   not charged again.
 // - A batch closes when it reaches max_batch_rows, max_batch_bytes (input
 //   bytes), the executor's staging capacity or max_batch_tasks, or when its
 //   oldest task has waited max_queue_delay (0: whenever a worker asks).
@@ -41,6 +43,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -81,6 +84,11 @@ class Batcher {
 
   // See the contract above. On OK `task` is left null.
   absl::Status Schedule(std::unique_ptr<Task>& task);
+  // Acquires `bytes` of the server's memory budget for a task about to be
+  // built (its memory_bytes()), with Schedule's answers for a task of that
+  // size: INVALID_ARGUMENT past the whole budget, RESOURCE_EXHAUSTED when it
+  // is spent. An empty reservation when the server has no budget.
+  absl::StatusOr<MemoryReservation> ReserveMemory(int64_t bytes);
 
   // The next batch if one is ready at clock() (it drops cancelled and
   // expired tasks from the head first); nullopt otherwise.
@@ -125,6 +133,10 @@ class Batcher {
   const BatcherOptions& options() const { return options_; }
 
  private:
+  // Schedule's and ReserveMemory's answers for a task of `bytes`: past the
+  // whole budget; the budget spent (nothing acquired then). OK otherwise.
+  absl::Status CheckFitsBudget(int64_t bytes) const;
+  absl::Status AcquireMemory(int64_t bytes);
   struct Dropped {
     std::unique_ptr<Task> task;
     absl::Status status;

@@ -20,6 +20,12 @@ int ReplyThreads(int requested) {
   return std::clamp(UsableCpus() / 4, 2, 8);
 }
 
+absl::Status NoHealthyExecutor() {
+  return absl::UnavailableError(
+      "no healthy executor: every device failed with an unrecoverable error or a stuck batch "
+      "(see the server log); the server now reports NOT_SERVING");
+}
+
 }  // namespace
 
 ExecutorPool::ExecutorPool(std::vector<std::unique_ptr<Executor>> executors,
@@ -45,6 +51,15 @@ void ExecutorPool::Start() {
   for (auto& worker : workers_) worker->Start();
 }
 
+absl::StatusOr<MemoryReservation> ExecutorPool::ReserveMemory(int64_t bytes) {
+  const int chosen = Route();
+  if (chosen < 0) {
+    ReportIfNoneUsable();
+    return NoHealthyExecutor();
+  }
+  return batchers_[chosen]->ReserveMemory(bytes);
+}
+
 absl::Status ExecutorPool::Schedule(std::unique_ptr<Task>& task) {
   // A batcher that the stuck-batch watch closed after this routing chose
   // it (its executor just left service) refuses; the task is routed once
@@ -54,9 +69,7 @@ absl::Status ExecutorPool::Schedule(std::unique_ptr<Task>& task) {
     const int chosen = Route();
     if (chosen < 0) {
       ReportIfNoneUsable();
-      return absl::UnavailableError(
-          "no healthy executor: every device failed with an unrecoverable error or a stuck "
-          "batch (see the server log); the server now reports NOT_SERVING");
+      return NoHealthyExecutor();
     }
     absl::Status status = batchers_[chosen]->Schedule(task);
     if (status.code() != absl::StatusCode::kUnavailable || attempt > 0 || usable(chosen) ||

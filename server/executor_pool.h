@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/batch_worker.h"
@@ -25,7 +26,8 @@ class ExecutorPool {
   // Executor i uses metrics.device(i). `batching` is the per-executor
   // template; each batcher also honours its executor's staging capacity.
   // `reply_threads` send a batch's replies beside the thread that ran it
-  // (negative: a quarter of the cores, 2 to 8; 0: that thread sends all).
+  // (negative: a quarter of the CPUs the process may use, UsableCpus, 2 to 8;
+  // 0: that thread sends all).
   ExecutorPool(std::vector<std::unique_ptr<Executor>> executors, const BatcherOptions& batching,
                MemoryBudget* budget, ServiceMetrics& metrics, int reply_threads = -1);
   ~ExecutorPool();  // Close() and Join()
@@ -50,6 +52,12 @@ class ExecutorPool {
   // Hands `task` to the usable executor with the fewest pending rows (ties
   // rotate). Same ownership contract as Batcher::Schedule.
   absl::Status Schedule(std::unique_ptr<Task>& task);
+  // Reserves the memory of a task about to be built (Batcher::ReserveMemory,
+  // on the executor Schedule would choose now), so that a request's copies
+  // and reply are allocated only once the budget has room for them; the task
+  // then goes to Schedule with memory_prepaid. UNAVAILABLE when no executor
+  // is usable.
+  absl::StatusOr<MemoryReservation> ReserveMemory(int64_t bytes);
   // Launch queued work without waiting for max_queue_delay (the drain).
   void Flush();
   // Stop accepting; queued tasks still run. Then Join waits for them.

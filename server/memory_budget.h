@@ -65,6 +65,13 @@ class MemoryReservation {
     bytes_ = kept;
   }
   int64_t bytes() const { return bytes_; }
+  // Gives up the bytes without releasing them: whoever now accounts for them
+  // (a batcher that took a task with Task::memory_prepaid) adopts them
+  // (Adopt) and releases them in turn. Returns how many.
+  int64_t Detach() {
+    budget_ = nullptr;
+    return std::exchange(bytes_, 0);
+  }
 
  private:
   MemoryBudget* budget_ = nullptr;

@@ -29,7 +29,10 @@ struct ForwardTraits {
   static constexpr Method kMethod = Method::kNormalize;
   static const v1::NormalizeRequest& Message(const Request& request) { return request.message; }
   static void SetRequestId(Response& response, uint64_t id) { response.wire.set_request_id(id); }
-  static auto Validate(const Request& request, const ServiceContext& service) {
+  // The task's memory is acquired when it is scheduled: its tensors stay in
+  // gRPC's buffers and its reply's slices are not touched before then.
+  static auto Validate(const Request& request, const ServiceContext& service,
+                       MemoryReservation* /*prepaid*/) {
     return ValidateNormalize(request.message, request.tensor_data(), service.limits,
                              *service.store);
   }
@@ -61,12 +64,18 @@ struct BackwardTraits {
     return request.message;
   }
   static void SetRequestId(Response& response, uint64_t id) { response.message.set_request_id(id); }
-  static absl::StatusOr<BackwardPlan> Validate(Request& request, const ServiceContext& service) {
-    if (absl::Status st = CheckNormalizeBackward(request.message, request.tensor_data(),
-                                                 service.limits, *service.store);
-        !st.ok()) {
-      return st;
-    }
+  // The copy of the tensors into the message and the reply (allocated and
+  // zeroed by Build) come only after the task's memory is reserved in the
+  // budget: a request the budget cannot take is refused before either.
+  static absl::StatusOr<BackwardPlan> Validate(Request& request, const ServiceContext& service,
+                                               MemoryReservation* prepaid) {
+    absl::StatusOr<BackwardPlan> checked = CheckNormalizeBackward(
+        request.message, request.tensor_data(), service.limits, *service.store);
+    if (!checked.ok()) return checked.status();
+    absl::StatusOr<MemoryReservation> reserved =
+        service.pool->ReserveMemory(BackwardTaskBytesOf(*checked).memory());
+    if (!reserved.ok()) return reserved.status();
+    *prepaid = *std::move(reserved);
     request.CopyDataIntoMessage();
     return ValidateNormalizeBackward(request.message, service.limits, *service.store);
   }
@@ -110,12 +119,19 @@ class TensorCall final : public grpc::ServerUnaryReactor, public TaskSink {
     entered_ = true;
     if (!received.ok()) return Reply(received);
     Traits::SetRequestId(response_, Traits::Message(*request_).request_id());
-    auto plan = Traits::Validate(*request_, service_);
+    // The task's memory when Validate reserved it (Task::memory_prepaid);
+    // given back when this returns unless a batcher took the task with it.
+    MemoryReservation prepaid;
+    auto plan = Traits::Validate(*request_, service_, &prepaid);
     if (!plan.ok()) return Reply(plan.status());
     rows_ = plan->input.rows;
     std::unique_ptr<Task> task =
         Traits::Build(*plan, *request_, response_, DeadlineOf(context_->deadline()), this);
     if (rows_ == 0) return Reply(absl::OkStatus());  // nothing to compute
+    // The reservation was sized from the plan's sizes (BackwardTaskBytesOf),
+    // which the task's are; were they not, the batcher charges the task.
+    task->memory_prepaid = prepaid.bytes() > 0 && prepaid.bytes() == task->memory_bytes();
+    if (!task->memory_prepaid) prepaid.ShrinkTo(0);
     const absl::Status status = service_.pool->Schedule(task);
     // On OK the task may already be finished (Reply called from a batch
     // thread); `this` stays valid until the handler returns (gRPC holds the
@@ -123,7 +139,9 @@ class TensorCall final : public grpc::ServerUnaryReactor, public TaskSink {
     if (!status.ok()) {
       task.reset();
       Reply(status);
+      return;
     }
+    prepaid.Detach();  // the batcher accounts for it now
   }
 
   bool IsCancelled() const override { return cancelled_.load(std::memory_order_relaxed); }

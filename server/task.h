@@ -112,6 +112,12 @@ struct Task {
 
   // Memory the task pins while accepted: counted against max_queued_bytes.
   int64_t memory_bytes() const { return input_bytes + output_bytes; }
+  // memory_bytes() was acquired from the budget before the task was built
+  // (ExecutorPool::ReserveMemory: the call reserves before it copies the
+  // request's tensors and allocates the reply), and goes to the batcher with
+  // the task: Schedule does not acquire it again; on an error it stays the
+  // caller's to release.
+  bool memory_prepaid = false;
 };
 
 // Tasks that run as one launch (forward) or alone (backward, or one task

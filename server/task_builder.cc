@@ -107,6 +107,17 @@ std::unique_ptr<Task> BuildForwardTask(const ForwardPlan& plan, const v1::Normal
   return BuildForwardTask(plan, request, results, deadline, sink);
 }
 
+BackwardTaskBytes BackwardTaskBytesOf(const BackwardPlan& plan) {
+  const TensorView& in = plan.input;
+  BackwardTaskBytes bytes;
+  // x and dy, inline gamma, the saved statistics given.
+  bytes.input = 2 * in.bytes + plan.parameters.inline_bytes +
+                (plan.mean != nullptr ? in.rows * 4 : 0) + (plan.rstd != nullptr ? in.rows * 4 : 0);
+  // dx, dgamma, and dbeta for LayerNorm.
+  bytes.output = in.bytes + in.hidden * 4 * (plan.op == kernels::NormOp::kLayerNorm ? 2 : 1);
+  return bytes;
+}
+
 std::unique_ptr<Task> BuildBackwardTask(const BackwardPlan& plan,
                                         const v1::NormalizeBackwardRequest& request,
                                         v1::NormalizeBackwardResponse* response,
@@ -136,15 +147,13 @@ std::unique_ptr<Task> BuildBackwardTask(const BackwardPlan& plan,
   param_shape.Add(in.hidden);
   b.dgamma = static_cast<float*>(AllocateTensor(
       response->mutable_grad_gamma(), kernels::DType::kF32, param_shape, 1, in.hidden * 4));
-  task->output_bytes = in.bytes + in.hidden * 4;
   if (plan.op == kernels::NormOp::kLayerNorm) {
     b.dbeta = static_cast<float*>(AllocateTensor(
         response->mutable_grad_beta(), kernels::DType::kF32, param_shape, 1, in.hidden * 4));
-    task->output_bytes += in.hidden * 4;
   }
-  task->input_bytes = 2 * in.bytes + plan.parameters.inline_bytes +
-                      (plan.mean != nullptr ? in.rows * 4 : 0) +
-                      (plan.rstd != nullptr ? in.rows * 4 : 0);
+  const BackwardTaskBytes bytes = BackwardTaskBytesOf(plan);
+  task->input_bytes = bytes.input;
+  task->output_bytes = bytes.output;
   task->staging_bytes = TaskStagingBytes(*task);
   return task;
 }

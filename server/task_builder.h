@@ -35,6 +35,17 @@ std::unique_ptr<Task> BuildForwardTask(const ForwardPlan& plan, const v1::Normal
                                        v1::NormalizeResponse* response, absl::Time deadline,
                                        TaskSink* sink);
 
+// The input and output bytes of the task BuildBackwardTask makes from
+// `plan` (Task::input_bytes, output_bytes; memory_bytes() is their sum),
+// from the plan's sizes alone: known before the request's tensors are
+// copied and its reply allocated (CheckNormalizeBackward's plan gives it).
+struct BackwardTaskBytes {
+  int64_t input = 0;
+  int64_t output = 0;
+  int64_t memory() const { return input + output; }
+};
+BackwardTaskBytes BackwardTaskBytesOf(const BackwardPlan& plan);
+
 // grad_gamma is always returned (FP32 [H]); grad_beta for LAYER_NORM.
 std::unique_ptr<Task> BuildBackwardTask(const BackwardPlan& plan,
                                         const v1::NormalizeBackwardRequest& request,

@@ -425,10 +425,11 @@ absl::StatusOr<BackwardPlan> ValidateNormalizeBackward(const v1::NormalizeBackwa
   return ValidateBackward(request, nullptr, limits, store);
 }
 
-absl::Status CheckNormalizeBackward(const v1::NormalizeBackwardRequest& request,
-                                    const ReceivedBackwardData& received,
-                                    const RequestLimits& limits, const ParameterStore& store) {
-  return ValidateBackward(request, &received, limits, store).status();
+absl::StatusOr<BackwardPlan> CheckNormalizeBackward(const v1::NormalizeBackwardRequest& request,
+                                                    const ReceivedBackwardData& received,
+                                                    const RequestLimits& limits,
+                                                    const ParameterStore& store) {
+  return ValidateBackward(request, &received, limits, store);
 }
 
 namespace {

@@ -129,13 +129,15 @@ absl::StatusOr<BackwardPlan> ValidateNormalizeBackward(const v1::NormalizeBackwa
                                                        const ParameterStore& store);
 // Checks what ValidateNormalizeBackward checks, in the same order and with
 // the same status, on a request whose tensors' data was received beside it
-// (only the data's sizes are read): a valid request gets OK, and its data
-// may then be put into the message for ValidateNormalizeBackward, whose
-// answer stands (it differs only where a named parameter set was replaced
-// or deleted in between).
-absl::Status CheckNormalizeBackward(const v1::NormalizeBackwardRequest& request,
-                                    const ReceivedBackwardData& received,
-                                    const RequestLimits& limits, const ParameterStore& store);
+// (only the data's sizes are read): a valid request gets its plan, whose
+// sizes are the request's (its views point into `received`: read only the
+// sizes), and its data may then be put into the message for
+// ValidateNormalizeBackward, whose answer stands (it differs only where a
+// named parameter set was replaced or deleted in between).
+absl::StatusOr<BackwardPlan> CheckNormalizeBackward(const v1::NormalizeBackwardRequest& request,
+                                                    const ReceivedBackwardData& received,
+                                                    const RequestLimits& limits,
+                                                    const ParameterStore& store);
 absl::StatusOr<RegisterPlan> ValidateRegisterParameters(
     const v1::RegisterParametersRequest& request, const RequestLimits& limits);
 // Checks what ValidateRegisterParameters checks, as CheckNormalizeBackward

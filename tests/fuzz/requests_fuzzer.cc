@@ -207,7 +207,8 @@ void FuzzNormalizeBackward(const uint8_t* data, size_t size, const Fixture& f,
   if (!parsed) return;
   absl::StatusOr<BackwardPlan> plan = ValidateNormalizeBackward(request, limits, *f.store);
   Require(normsvc::server::CheckNormalizeBackward(received.message, received.tensor_data(), limits,
-                                                  *f.store) == plan.status(),
+                                                  *f.store)
+                  .status() == plan.status(),
           "validation differs for the received backward parse");
   received.CopyDataIntoMessage();
   Require(received.message.SerializeAsString() == request.SerializeAsString(),

@@ -16,6 +16,7 @@
 #include "server/cpu_executor.h"
 #include "server/parameter_store.h"
 #include "server/received_request.h"
+#include "server/task_builder.h"
 #include "server/validation.h"
 #include "test_support.h"
 
@@ -261,7 +262,7 @@ TEST(ReceivedBackwardRequestTest, CheckAgreesWithValidationOfTheParsedMessage) {
           return ValidateNormalizeBackward(m, limits, store);
         },
         [&](const ReceivedBackwardRequest& r) {
-          return CheckNormalizeBackward(r.message, r.tensor_data(), limits, store);
+          return CheckNormalizeBackward(r.message, r.tensor_data(), limits, store).status();
         },
         &parsed, &expected, &received);
     if (HasFatalFailure()) return;
@@ -270,10 +271,18 @@ TEST(ReceivedBackwardRequestTest, CheckAgreesWithValidationOfTheParsedMessage) {
       continue;
     }
     ++valid;
+    // The memory the call reserves from the checked plan, before the copy,
+    // is what the task built from the final plan pins.
+    const absl::StatusOr<BackwardPlan> checked =
+        CheckNormalizeBackward(received.message, received.tensor_data(), limits, store);
+    ASSERT_TRUE(checked.ok()) << checked.status();
+    const BackwardTaskBytes reserved = BackwardTaskBytesOf(*checked);
     received.CopyDataIntoMessage();
     const absl::StatusOr<BackwardPlan> plan =
         ValidateNormalizeBackward(received.message, limits, store);
     ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(reserved.input, BackwardTaskBytesOf(*plan).input);
+    EXPECT_EQ(reserved.output, BackwardTaskBytesOf(*plan).output);
     EXPECT_EQ(plan->op, expected->op);
     EXPECT_EQ(plan->epsilon, expected->epsilon);
     EXPECT_EQ(plan->input.rows, expected->input.rows);
