@@ -141,7 +141,8 @@ std::vector<FlagSpec> Flags() {
   flags.push_back(Int64Flag(
       "reply_threads", &ServerOptions::reply_threads,
       "threads that send a batch's replies beside the thread that ran it "
-      "(-1: a quarter of the cores, 2 to 8; 0: that thread sends them all; at most 256)"));
+      "(-1: a quarter of the CPUs the process may use, 2 to 8; 0: that thread sends them all; "
+      "at most 256)"));
   flags.push_back(
       {"gpu_wait",
        "how a batch's thread waits for the GPU: spin (lowest latency, a core busy "

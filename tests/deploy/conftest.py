@@ -19,7 +19,8 @@ def render(kustomization_dir):
     """Objects of `kubectl kustomize <dir>`, as dicts."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
-        pytest.fail("kubectl not on PATH (ctest skips this test before pytest runs)")
+        pytest.fail("kubectl not on PATH: deploy/setup.sh --test installs it into .venv/bin "
+                    "(tests/requirements.txt), which ctest puts first on PATH")
     out = subprocess.run([kubectl, "kustomize", str(kustomization_dir)], check=True,
                          capture_output=True, text=True, timeout=60).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]

@@ -1,19 +1,18 @@
 #!/usr/bin/env bash
-# Usage: run_with_tool.sh required|optional TOOL -- COMMAND...
-# Runs COMMAND when TOOL is on PATH. A missing required tool (one that
-# deploy/packages-test.txt installs) fails the test; a missing optional one
-# (kubectl, which no Debian package provides here) skips it with exit 77,
-# the tests' SKIP_RETURN_CODE.
+# Usage: run_with_tool.sh required TOOL -- COMMAND...
+# Runs COMMAND when TOOL is on PATH; a missing tool (every one is installed
+# by deploy/setup.sh --test, from deploy/packages-test.txt or
+# tests/requirements.txt) fails the test with a message that says so.
 set -euo pipefail
 mode=$1 tool=$2
 shift 2
 [[ "${1:-}" == "--" ]] && shift
+if [[ "$mode" != required ]]; then
+  echo "run_with_tool.sh: unknown mode '$mode' (expected: required)" >&2
+  exit 2
+fi
 if ! command -v "$tool" >/dev/null 2>&1; then
-  if [[ "$mode" == required ]]; then
-    echo "FAIL: $tool is not on PATH; install the test packages with deploy/setup.sh --test" >&2
-    exit 1
-  fi
-  echo "SKIP: $tool is not on PATH (kubectl 1.32 is expected on the build machine; it is not a Debian package here)"
-  exit 77
+  echo "FAIL: $tool is not on PATH; install the test tools with deploy/setup.sh --test" >&2
+  exit 1
 fi
 exec "$@"
