@@ -104,34 +104,41 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
 
   void OnWriteDone(bool ok) override {
     started_.load(std::memory_order_acquire);
+    DrainGate* const gate = service_.gate;
     Actions actions;
+    int answered = 0;  // requests the drain gate admitted, now answered
     {
       absl::MutexLock lock(&mutex_);
       stream_bytes_ -= writing_->charged;
+      answered += writing_->entered ? 1 : 0;
       writing_.reset();
       --outstanding_;
       if (!ok) {
         // The client is gone: nothing more can be written.
         write_failed_ = true;
-        DropUnwrittenLocked();
+        answered += DropUnwrittenLocked();
       }
       DecideWriteLocked(&actions);
       DecideReadLocked(&actions);
       DecideFinishLocked(&actions);
     }
     Run(actions);
+    ExitGate(gate, answered);
   }
 
   void OnCancel() override {
     started_.load(std::memory_order_acquire);
     cancelled_.store(true, std::memory_order_relaxed);
+    DrainGate* const gate = service_.gate;
     Actions actions;
+    int answered = 0;
     {
       absl::MutexLock lock(&mutex_);
-      DropUnwrittenLocked();
+      answered = DropUnwrittenLocked();
       DecideFinishLocked(&actions);
     }
     Run(actions);
+    ExitGate(gate, answered);
   }
 
   void OnDone() override {
@@ -218,11 +225,26 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
   }
 
   // Replies that will never be written (the client is gone): their budget
-  // goes back now.
-  void DropUnwrittenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+  // goes back now. Returns how many of them the drain gate admitted.
+  int DropUnwrittenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    int admitted = 0;
     outstanding_ -= static_cast<int64_t>(to_write_.size());
-    for (const std::unique_ptr<Item>& item : to_write_) stream_bytes_ -= item->charged;
+    for (const std::unique_ptr<Item>& item : to_write_) {
+      stream_bytes_ -= item->charged;
+      admitted += item->entered ? 1 : 0;
+    }
     to_write_.clear();
+    return admitted;
+  }
+
+  // A request the drain gate admitted leaves it once its reply is written,
+  // or dropped because nobody can receive it (not when its task is done):
+  // the server's drain then waits for replies still queued behind a slow
+  // reader, and reports a drain cut short by its timeout as such. Called
+  // with `gate` read while this call was certainly alive, outside the
+  // mutex (Exit may wake the drain, which may then free the call).
+  static void ExitGate(DrainGate* gate, int times) {
+    for (int i = 0; i < times; ++i) gate->Exit();
   }
 
   void DecideWriteLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
@@ -322,7 +344,8 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     item->response.Clear();  // its slices live on in reply_bytes when sent
     // What stays in memory until the write: the serialized reply.
     item->reservation.ShrinkTo(static_cast<int64_t>(item->reply_bytes.Length()));
-    if (item->entered) service_.gate->Exit();
+    DrainGate* const gate = service_.gate;
+    int answered = 0;
     Actions actions;
     {
       absl::MutexLock lock(&mutex_);
@@ -331,6 +354,7 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
       item->charged = 0;
       if (cancelled_.load(std::memory_order_relaxed) || write_failed_ || finished_) {
         --outstanding_;  // nobody to write to
+        answered = item->entered ? 1 : 0;
       } else {
         item->charged = item->reservation.bytes();
         stream_bytes_ += item->charged;
@@ -345,6 +369,7 @@ class NormalizeStreamCall final : public StreamReactor, public DrainableCall {
     // (writing_ is set), and the one that decided Finish owns the call until
     // it has issued it; with nothing to issue, `this` is not touched again.
     if (actions.write != nullptr || actions.finish) Run(actions);
+    ExitGate(gate, answered);
   }
 
   ServiceContext& service_;

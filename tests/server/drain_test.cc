@@ -162,5 +162,50 @@ TEST(DrainTest, IdleOpenStreamsDoNotHoldUpTheStop) {
   EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
+// A stream whose client sends large requests and reads no reply: the
+// server answers them, but the replies cannot all be written before the
+// drain timeout, so the stop must not report a clean drain (each stream
+// request leaves the drain gate when its reply is written or dropped, not
+// when its task is done).
+TEST(DrainTest, RepliesAStreamNeverReadMakeTheStopReportTheTimeout) {
+  ServerOptions options = TestServerOptions();
+  options.drain_timeout_s = 2;
+  std::unique_ptr<Server> server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  auto stub = Connect(server->grpc_port());
+  auto context = ContextWithDeadline(60);
+  auto stream = stub->NormalizeStream(context.get());
+  std::atomic<int> written{0};
+  std::thread writer([&] {
+    std::mt19937_64 rng(TestSeed() + 800);
+    ForwardCase fc;
+    fc.shape = {4, 65536};  // 1 MiB requests and replies
+    const ForwardRequest made = MakeForwardRequest(rng, fc, 1);
+    for (int i = 0; i < 64; ++i) {
+      if (!stream->Write(made.request)) return;  // the server ended the stream
+      written++;
+    }
+  });
+  // Wait until the server has answered more replies than the client's
+  // transport takes in without reading (a few MiB).
+  const prometheus::Registry& registry = *server->metrics().registry();
+  const auto answered = [&] {
+    return SeriesValue(registry, "normsvc_requests_total",
+                       {{"method", "NormalizeStream"},
+                        {"op", "layer_norm"},
+                        {"dtype", "fp32"},
+                        {"code", "OK"}})
+        .value_or(0);
+  };
+  const auto wait_until = Clock::now() + std::chrono::seconds(20);
+  while (answered() < 12 && Clock::now() < wait_until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GE(answered(), 12) << written.load() << " requests written";
+  EXPECT_FALSE(server->Stop()) << "replies left unwritten, yet the drain was reported complete";
+  context->TryCancel();
+  writer.join();
+}
+
 }  // namespace
 }  // namespace normsvc::server::testing
