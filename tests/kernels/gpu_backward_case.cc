@@ -78,8 +78,10 @@ double RunAndCheck(const BackwardSpec& spec, std::mt19937_64& rng) {
   rstd_dev.Upload(rstd.data(), s.rows * sizeof(float));
   const std::size_t dx_offset_bytes =
       s.dx_offset >= 0 ? static_cast<std::size_t>(s.dx_offset) * DTypeSize(s.dtype) : offset_bytes;
-  DeviceBuffer dx_dev(x.bytes.size() + dx_offset_bytes), dgamma_dev(h * sizeof(float)),
-      dbeta_dev(h * sizeof(float));
+  // Each output with a guard after its end, which must keep the poison.
+  constexpr std::size_t kGuardBytes = 32;
+  DeviceBuffer dx_dev(dx_offset_bytes + x.bytes.size() + kGuardBytes),
+      dgamma_dev(h * sizeof(float) + kGuardBytes), dbeta_dev(h * sizeof(float) + kGuardBytes);
   DeviceBuffer workspace(BackwardWorkspaceBytes(s.rows, h));
 
   BackwardArgs a;
@@ -110,20 +112,27 @@ double RunAndCheck(const BackwardSpec& spec, std::mt19937_64& rng) {
     EXPECT_TRUE(st.ok()) << st.message() << " [" << Describe(s) << "]";
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     std::vector<uint8_t> run = dx_dev.Download();
-    // Every dx byte outside the rows (before row 0, and each row's padding)
-    // keeps the poison: a write past a row's end shows here.
+    // Every dx byte outside the rows (before row 0, each row's padding, the
+    // guard after the last row) keeps the poison: a write past a row's end
+    // shows here.
     std::size_t stray = 0;
     for (std::size_t i = 0; i < run.size(); ++i) {
       const bool outside =
-          i < dx_offset_bytes ||
+          i < dx_offset_bytes || i >= dx_offset_bytes + x.bytes.size() ||
           static_cast<int64_t>((i - dx_offset_bytes) / DTypeSize(s.dtype)) % stride >= h;
       stray += outside && run[i] != poison;
     }
     EXPECT_EQ(stray, 0u) << "dx bytes written outside the rows [" << Describe(s) << "]";
     run.erase(run.begin(), run.begin() + static_cast<std::ptrdiff_t>(dx_offset_bytes));
+    run.resize(x.bytes.size());
     for (const DeviceBuffer* b : {&dgamma_dev, &dbeta_dev}) {
       const std::vector<uint8_t> part = b->Download();
-      run.insert(run.end(), part.begin(), part.end());
+      const std::size_t sums = h * sizeof(float);
+      std::size_t past_end = 0;
+      for (std::size_t i = sums; i < part.size(); ++i) past_end += part[i] != poison;
+      EXPECT_EQ(past_end, 0u) << (b == &dgamma_dev ? "dgamma" : "dbeta")
+                              << " written past its H floats [" << Describe(s) << "]";
+      run.insert(run.end(), part.begin(), part.begin() + static_cast<std::ptrdiff_t>(sums));
     }
     // dx padding and unrequested outputs keep the poison; compare only the rest.
     last_run = run;

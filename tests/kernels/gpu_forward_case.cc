@@ -88,8 +88,10 @@ void ForwardCase::Upload() {
   out_dev_ =
       DeviceBuffer(Bytes(s.out_dtype, s.offset + s.rows * (s.hidden + s.out_pad)) + kGuardBytes);
   if (s.stats) {
-    if (s.op == NormOp::kLayerNorm) mean_dev_ = DeviceBuffer(Bytes(DType::kF32, s.rows));
-    rstd_dev_ = DeviceBuffer(Bytes(DType::kF32, s.rows));
+    if (s.op == NormOp::kLayerNorm) {
+      mean_dev_ = DeviceBuffer(Bytes(DType::kF32, s.rows) + kGuardBytes);
+    }
+    rstd_dev_ = DeviceBuffer(Bytes(DType::kF32, s.rows) + kGuardBytes);
   }
   PoisonOutputs(poison_);
 }
@@ -190,6 +192,12 @@ double ForwardCase::Check(const std::string& label) const {
   };
   bool outside_ok = outside_rows_kept(out_bytes, s.out_dtype, out_stride);
   if (s.residual_out) outside_ok = outside_ok && outside_rows_kept(res_bytes, s.x_dtype, x_stride);
+  // The statistics' guards, after their `rows` floats.
+  for (const std::vector<uint8_t>* stats : {&mean_bytes, &rstd_bytes}) {
+    for (std::size_t b = Bytes(DType::kF32, s.rows); b < stats->size(); ++b) {
+      outside_ok = outside_ok && (*stats)[b] == poison_;
+    }
+  }
   const std::vector<double> gamma = s.gamma ? gamma_.Row(0) : std::vector<double>();
   const std::vector<double> beta = s.beta ? beta_.Row(0) : std::vector<double>();
 
@@ -269,7 +277,8 @@ double ForwardCase::Check(const std::string& label) const {
   });
   if (!outside_ok) {
     ADD_FAILURE() << label << " [" << Describe(s)
-                  << "]: bytes before row 0 or after the last row were written";
+                  << "]: bytes before row 0 or after the last row (of out, residual_out, mean or "
+                     "rstd) were written";
   }
   if (failures > 0) {
     std::ostringstream o;
