@@ -311,8 +311,7 @@ Status PrepareForward(const ForwardSegment* segments, int count, void* device_wo
         std::to_string(count) + ") = " + std::to_string(ForwardWorkspaceBytes(count)) +
         " bytes, got " + std::to_string(device_workspace ? workspace_bytes : 0));
   }
-  // The kernels read the table's entries (8-byte fields) in place: a
-  // misaligned one would fault, a sticky error that ends the context.
+  // The kernels read the table's 8-byte fields in place: misaligned, they fault (sticky).
   if (needs_table && reinterpret_cast<std::uintptr_t>(device_workspace) % 16 != 0) {
     return detail::InvalidArgument(
         "a multi-segment launch's device workspace must be 16-byte aligned (cudaMalloc's "
