@@ -27,10 +27,7 @@ Batcher::~Batcher() {
 
 absl::Status Batcher::Schedule(std::unique_ptr<Task>& task) {
   const absl::Time now = clock_();
-  if (task->deadline <= now) {
-    rejections_.deadline_exceeded->Increment();
-    return absl::DeadlineExceededError("the deadline passed before the request was queued");
-  }
+  if (absl::Status st = CheckDeadline(task->deadline, now); !st.ok()) return st;
   absl::MutexLock lock(&mutex_);
   if (closed_) return refusal_;
   if (absl::Status st = CheckFitsBudget(task->memory_bytes()); !st.ok()) return st;
@@ -56,10 +53,19 @@ absl::Status Batcher::Schedule(std::unique_ptr<Task>& task) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<MemoryReservation> Batcher::ReserveMemory(int64_t bytes) {
+absl::StatusOr<MemoryReservation> Batcher::ReserveMemory(int64_t bytes, absl::Time deadline) {
+  if (absl::Status st = CheckDeadline(deadline, clock_()); !st.ok()) return st;
   if (absl::Status st = CheckFitsBudget(bytes); !st.ok()) return st;
   if (absl::Status st = AcquireMemory(bytes); !st.ok()) return st;
   return MemoryReservation::Adopt(budget_, bytes);
+}
+
+absl::Status Batcher::CheckDeadline(absl::Time deadline, absl::Time now) {
+  if (deadline <= now) {
+    rejections_.deadline_exceeded->Increment();
+    return absl::DeadlineExceededError("the deadline passed before the request was queued");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Batcher::CheckFitsBudget(int64_t bytes) const {

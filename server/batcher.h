@@ -85,10 +85,12 @@ class Batcher {
   // See the contract above. On OK `task` is left null.
   absl::Status Schedule(std::unique_ptr<Task>& task);
   // Acquires `bytes` of the server's memory budget for a task about to be
-  // built (its memory_bytes()), with Schedule's answers for a task of that
-  // size: INVALID_ARGUMENT past the whole budget, RESOURCE_EXHAUSTED when it
-  // is spent. An empty reservation when the server has no budget.
-  absl::StatusOr<MemoryReservation> ReserveMemory(int64_t bytes);
+  // built (its memory_bytes()) whose deadline is `deadline`, with Schedule's
+  // answers for such a task, in its order: DEADLINE_EXCEEDED once the
+  // deadline has passed, INVALID_ARGUMENT past the whole budget,
+  // RESOURCE_EXHAUSTED when it is spent (each counted as Schedule counts
+  // it). An empty reservation when the server has no budget.
+  absl::StatusOr<MemoryReservation> ReserveMemory(int64_t bytes, absl::Time deadline);
 
   // The next batch if one is ready at clock() (it drops cancelled and
   // expired tasks from the head first); nullopt otherwise.
@@ -133,8 +135,10 @@ class Batcher {
   const BatcherOptions& options() const { return options_; }
 
  private:
-  // Schedule's and ReserveMemory's answers for a task of `bytes`: past the
-  // whole budget; the budget spent (nothing acquired then). OK otherwise.
+  // Schedule's and ReserveMemory's answers: a deadline passed (counted); a
+  // task of `bytes` past the whole budget; the budget spent (counted;
+  // nothing acquired then). OK otherwise.
+  absl::Status CheckDeadline(absl::Time deadline, absl::Time now);
   absl::Status CheckFitsBudget(int64_t bytes) const;
   absl::Status AcquireMemory(int64_t bytes);
   struct Dropped {

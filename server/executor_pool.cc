@@ -51,13 +51,15 @@ void ExecutorPool::Start() {
   for (auto& worker : workers_) worker->Start();
 }
 
-absl::StatusOr<MemoryReservation> ExecutorPool::ReserveMemory(int64_t bytes) {
-  const int chosen = Route();
-  if (chosen < 0) {
-    ReportIfNoneUsable();
-    return NoHealthyExecutor();
+absl::StatusOr<MemoryReservation> ExecutorPool::ReserveMemory(int64_t bytes, absl::Time deadline) {
+  // The budget is the server's, not an executor's: any usable executor's
+  // batcher answers (and counts a refusal). Not Route(): that advances the
+  // tie-break rotation, and the Schedule that follows routes the task.
+  for (int i = 0; i < size(); ++i) {
+    if (usable(i)) return batchers_[i]->ReserveMemory(bytes, deadline);
   }
-  return batchers_[chosen]->ReserveMemory(bytes);
+  ReportIfNoneUsable();
+  return NoHealthyExecutor();
 }
 
 absl::Status ExecutorPool::Schedule(std::unique_ptr<Task>& task) {

@@ -52,12 +52,12 @@ class ExecutorPool {
   // Hands `task` to the usable executor with the fewest pending rows (ties
   // rotate). Same ownership contract as Batcher::Schedule.
   absl::Status Schedule(std::unique_ptr<Task>& task);
-  // Reserves the memory of a task about to be built (Batcher::ReserveMemory,
-  // on the executor Schedule would choose now), so that a request's copies
-  // and reply are allocated only once the budget has room for them; the task
-  // then goes to Schedule with memory_prepaid. UNAVAILABLE when no executor
-  // is usable.
-  absl::StatusOr<MemoryReservation> ReserveMemory(int64_t bytes);
+  // Reserves the memory of a task about to be built (Batcher::ReserveMemory:
+  // the budget is shared, so the first usable executor's batcher answers),
+  // so that a request's copies and reply are allocated only once the budget
+  // has room for them; the task then goes to Schedule with memory_prepaid.
+  // UNAVAILABLE when no executor is usable.
+  absl::StatusOr<MemoryReservation> ReserveMemory(int64_t bytes, absl::Time deadline);
   // Launch queued work without waiting for max_queue_delay (the drain).
   void Flush();
   // Stop accepting; queued tasks still run. Then Join waits for them.

@@ -32,7 +32,7 @@ struct ForwardTraits {
   // The task's memory is acquired when it is scheduled: its tensors stay in
   // gRPC's buffers and its reply's slices are not touched before then.
   static auto Validate(const Request& request, const ServiceContext& service,
-                       MemoryReservation* /*prepaid*/) {
+                       absl::Time /*deadline*/, MemoryReservation* /*prepaid*/) {
     return ValidateNormalize(request.message, request.tensor_data(), service.limits,
                              *service.store);
   }
@@ -66,14 +66,15 @@ struct BackwardTraits {
   static void SetRequestId(Response& response, uint64_t id) { response.message.set_request_id(id); }
   // The copy of the tensors into the message and the reply (allocated and
   // zeroed by Build) come only after the task's memory is reserved in the
-  // budget: a request the budget cannot take is refused before either.
+  // budget: a request the budget cannot take, or whose deadline has passed,
+  // is refused before either.
   static absl::StatusOr<BackwardPlan> Validate(Request& request, const ServiceContext& service,
-                                               MemoryReservation* prepaid) {
+                                               absl::Time deadline, MemoryReservation* prepaid) {
     absl::StatusOr<BackwardPlan> checked = CheckNormalizeBackward(
         request.message, request.tensor_data(), service.limits, *service.store);
     if (!checked.ok()) return checked.status();
     absl::StatusOr<MemoryReservation> reserved =
-        service.pool->ReserveMemory(BackwardTaskBytesOf(*checked).memory());
+        service.pool->ReserveMemory(BackwardTaskBytesOf(*checked).memory(), deadline);
     if (!reserved.ok()) return reserved.status();
     *prepaid = *std::move(reserved);
     request.CopyDataIntoMessage();
@@ -119,15 +120,23 @@ class TensorCall final : public grpc::ServerUnaryReactor, public TaskSink {
     entered_ = true;
     if (!received.ok()) return Reply(received);
     Traits::SetRequestId(response_, Traits::Message(*request_).request_id());
-    // The task's memory when Validate reserved it (Task::memory_prepaid);
-    // given back when this returns unless a batcher took the task with it.
+    // The task's memory when Validate reserved it (Task::memory_prepaid):
+    // given back before any reply that ends the call here, or handed to the
+    // batcher with the task.
     MemoryReservation prepaid;
-    auto plan = Traits::Validate(*request_, service_, &prepaid);
-    if (!plan.ok()) return Reply(plan.status());
+    const absl::Time deadline = DeadlineOf(context_->deadline());
+    auto plan = Traits::Validate(*request_, service_, deadline, &prepaid);
+    if (!plan.ok()) {
+      prepaid.ShrinkTo(0);
+      return Reply(plan.status());
+    }
     rows_ = plan->input.rows;
-    std::unique_ptr<Task> task =
-        Traits::Build(*plan, *request_, response_, DeadlineOf(context_->deadline()), this);
-    if (rows_ == 0) return Reply(absl::OkStatus());  // nothing to compute
+    std::unique_ptr<Task> task = Traits::Build(*plan, *request_, response_, deadline, this);
+    if (rows_ == 0) {  // nothing to compute
+      task.reset();
+      prepaid.ShrinkTo(0);
+      return Reply(absl::OkStatus());
+    }
     // The reservation was sized from the plan's sizes (BackwardTaskBytesOf),
     // which the task's are; were they not, the batcher charges the task.
     task->memory_prepaid = prepaid.bytes() > 0 && prepaid.bytes() == task->memory_bytes();
@@ -138,6 +147,7 @@ class TensorCall final : public grpc::ServerUnaryReactor, public TaskSink {
     // call until SetupReactor), but nothing here touches it again.
     if (!status.ok()) {
       task.reset();
+      prepaid.ShrinkTo(0);
       Reply(status);
       return;
     }

@@ -108,6 +108,15 @@ TEST(LaunchValidation, MisalignedTableWorkspaceRunsNothingOnTheDevice) {
   }
   const DeviceBuffer workspace(ForwardWorkspaceBytes(2) + 16);
   auto* base = static_cast<unsigned char*>(workspace.get());
+  // Refused on the host first (WriteForwardTable launches nothing): were the
+  // check gone, the launch below would fault, a sticky error that would fail
+  // every later test of the process.
+  std::vector<unsigned char> host_table(ForwardWorkspaceBytes(2));
+  std::size_t table_bytes = 0;
+  ASSERT_EQ(WriteForwardTable(segments, 2, base + 4, ForwardWorkspaceBytes(2), host_table.data(),
+                              &table_bytes)
+                .code(),
+            Code::kInvalidArgument);
   const Status refused =
       LaunchForward(segments, 2, base + 4, ForwardWorkspaceBytes(2), nullptr, nullptr);
   EXPECT_EQ(refused.code(), Code::kInvalidArgument);

@@ -201,10 +201,13 @@ TEST(DrainTest, RepliesAStreamNeverReadMakeTheStopReportTheTimeout) {
   while (answered() < 12 && Clock::now() < wait_until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  ASSERT_GE(answered(), 12) << written.load() << " requests written";
-  EXPECT_FALSE(server->Stop()) << "replies left unwritten, yet the drain was reported complete";
+  const bool loaded = answered() >= 12;
+  EXPECT_TRUE(loaded) << written.load() << " requests written";
+  if (loaded) {
+    EXPECT_FALSE(server->Stop()) << "replies left unwritten, yet the drain was reported complete";
+  }
   context->TryCancel();
-  writer.join();
+  writer.join();  // before any return: a joinable thread's destructor ends the process
 }
 
 }  // namespace

@@ -105,6 +105,46 @@ TEST_F(ExecutorPoolTest, UnhealthyExecutorsGetNoWorkAndNoneHealthyIsReportedOnce
   EXPECT_EQ(budget_.used(), 0);
 }
 
+// A backward call reserves its memory (ReserveMemory) and then schedules:
+// the reservation must not move the routing's tie-break, or with every queue
+// empty at each request (a worker takes each task at once) every other
+// executor would get them all. Charged once, released once.
+TEST_F(ExecutorPoolTest, ReservingMemoryLeavesTheRoutingAlone) {
+  std::unique_ptr<ExecutorPool> pool = MakePool();
+  int ran[2] = {0, 0};
+  for (int i = 0; i < 8; ++i) {
+    std::unique_ptr<Task> task = MakeTask(1);
+    const int64_t bytes = task->memory_bytes();
+    absl::StatusOr<MemoryReservation> reserved = pool->ReserveMemory(bytes, absl::InfiniteFuture());
+    ASSERT_TRUE(reserved.ok()) << reserved.status();
+    EXPECT_EQ(budget_.used(), bytes);
+    task->memory_prepaid = true;
+    ASSERT_TRUE(pool->Schedule(task).ok());
+    reserved->Detach();
+    EXPECT_EQ(budget_.used(), bytes);  // not charged again
+    // Run it at once, as a free worker would: both queues are empty again.
+    for (int e = 0; e < 2; ++e) {
+      std::optional<Batch> batch = pool->batcher(e).TryTakeBatch();
+      if (!batch) continue;
+      ++ran[e];
+      for (auto& done : batch->tasks) pool->batcher(e).Finish(std::move(done), absl::OkStatus());
+      pool->batcher(e).BatchDone();
+    }
+    EXPECT_EQ(budget_.used(), 0);
+  }
+  EXPECT_EQ(ran[0], 4);
+  EXPECT_EQ(ran[1], 4);
+
+  // A passed deadline is refused before anything is reserved.
+  const absl::StatusOr<MemoryReservation> late =
+      pool->ReserveMemory(64, absl::Now() - absl::Seconds(1));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded) << late.status();
+  const absl::StatusOr<MemoryReservation> too_large =
+      pool->ReserveMemory(budget_.limit() + 1, absl::InfiniteFuture());
+  EXPECT_EQ(too_large.status().code(), absl::StatusCode::kInvalidArgument) << too_large.status();
+  EXPECT_EQ(budget_.used(), 0);
+}
+
 TEST_F(ExecutorPoolTest, AFullQueueIsPassedOverForOneWithRoomEvenWithMoreRows) {
   BatcherOptions batching;
   batching.max_queue_size = 3;
