@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <string>
@@ -24,6 +25,16 @@ namespace {
 constexpr int64_t kRows = 3;
 constexpr int64_t kHidden = 8;
 constexpr float kPoison = -7777.0f;
+
+// Whether every element of the buffers still holds the poison, bit for bit.
+bool AllPoison(std::initializer_list<const std::vector<float>*> buffers) {
+  for (const std::vector<float>* buffer : buffers) {
+    for (float e : *buffer) {
+      if (std::memcmp(&e, &kPoison, sizeof e) != 0) return false;
+    }
+  }
+  return true;
+}
 
 // Host buffers of a small valid LayerNorm call on fresh random data, the
 // outputs poisoned.
@@ -61,14 +72,7 @@ struct ForwardBuffers {
     return s;
   }
 
-  bool OutputsUntouched() const {
-    for (const auto* v : {&out, &residual_out, &mean, &rstd}) {
-      for (float e : *v) {
-        if (std::memcmp(&e, &kPoison, sizeof e) != 0) return false;
-      }
-    }
-    return true;
-  }
+  bool OutputsUntouched() const { return AllPoison({&out, &residual_out, &mean, &rstd}); }
 };
 
 struct ForwardCase {
@@ -242,14 +246,7 @@ struct BackwardBuffers {
     return a;
   }
 
-  bool OutputsUntouched() const {
-    for (const auto* v : {&dx, &dgamma, &dbeta}) {
-      for (float e : *v) {
-        if (std::memcmp(&e, &kPoison, sizeof e) != 0) return false;
-      }
-    }
-    return true;
-  }
+  bool OutputsUntouched() const { return AllPoison({&dx, &dgamma, &dbeta}); }
 };
 
 struct BackwardCase {

@@ -59,18 +59,18 @@ void WriteRow(HostTensor& x, int64_t r, RowKind kind, std::mt19937_64& rng) {
 
 // Three tensors a configuration, each of random rows with two zero-variance
 // rows, two near-constant rows, a large-mean row and a tiny row among them:
-// as they are (dx, dgamma and dbeta all within the metric), then with one more row holding a NaN, or a
-// +Inf, in the middle. For that row the double reference (saved statistics:
-// the reference's, rounded to fp32; both modes: NaN for LayerNorm and for a
-// NaN row, rstd 0 for RMSNorm's +Inf row) gives a dx that is NaN throughout,
-// as PyTorch does, so every dx element of that row must be non-finite while
-// the other rows keep their values; dgamma must be non-finite exactly in the
-// columns where the reference is (every column, but only the +Inf column
-// for RMSNorm's +Inf row, whose other elements add dy * x * 0 = 0); dbeta
-// (the sum of dy) stays finite and correct. The checks read a run whose
-// outputs were poisoned with a finite pattern, so an unwritten element of
-// the NaN row fails; RunAndCheck also runs each case twice for bitwise
-// repetition.
+// as they are (dx, dgamma and dbeta all within the metric), then with one
+// more row holding a NaN, or a +Inf, in the middle. For that row the double
+// reference (saved statistics: the reference's, rounded to fp32; both
+// modes: NaN for LayerNorm and for a NaN row, rstd 0 for RMSNorm's +Inf row)
+// gives a dx that is NaN throughout, as PyTorch does, so every dx element of
+// that row must be non-finite while the other rows keep their values; dgamma
+// must be non-finite exactly in the columns where the reference is (every
+// column, but only the +Inf column for RMSNorm's +Inf row, whose other
+// elements add dy * x * 0 = 0); dbeta (the sum of dy) stays finite and
+// correct. The checks read a run whose outputs were poisoned with a finite
+// pattern, so an unwritten element of the NaN row fails; RunAndCheck also
+// runs each case twice for bitwise repetition.
 TEST(BackwardSpecialRows, ConstantNearConstantLargeMeanTinyNaNAndInfRows) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("backward special rows");
