@@ -45,16 +45,33 @@ void KserveInference::RunInference(inference::ModelInferRequest* request,
   auto plan = ValidateNormalize(normalize_request_, service_.limits, *service_.store);
   if (!plan.ok()) return Complete(ToKserveError(model_, plan.status()));
   timing_.rows = plan->input.rows;
+  // The task's memory is reserved before BuildForwardTask allocates (and
+  // zeroes) the reply's tensors, so that a request the budget cannot take is
+  // refused before that; the task then goes to its batcher with it
+  // (Task::memory_prepaid).
+  absl::StatusOr<MemoryReservation> reserved =
+      service_.pool->ReserveMemory(ForwardTaskBytesOf(*plan).memory(), deadline);
+  if (!reserved.ok()) return Complete(reserved.status());
+  MemoryReservation prepaid = *std::move(reserved);
   std::unique_ptr<Task> task =
       BuildForwardTask(*plan, normalize_request_, &normalize_response_, deadline, this);
   timing_.accepted = absl::Now();
-  if (timing_.rows == 0) return Complete(absl::OkStatus());  // nothing to compute
+  if (timing_.rows == 0) {  // nothing to compute
+    task.reset();
+    prepaid.ShrinkTo(0);
+    return Complete(absl::OkStatus());
+  }
+  task->memory_prepaid = prepaid.bytes() > 0 && prepaid.bytes() == task->memory_bytes();
+  if (!task->memory_prepaid) prepaid.ShrinkTo(0);
   const absl::Status status = service_.pool->Schedule(task);
   // On OK the task may already be finished and OnInferenceDone called.
   if (!status.ok()) {
     task.reset();
+    prepaid.ShrinkTo(0);
     Complete(status);
+    return;
   }
+  prepaid.Detach();  // the batcher accounts for it now
 }
 
 void KserveInference::OnTaskDone(const absl::Status& status) { Complete(status); }

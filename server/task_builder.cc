@@ -94,8 +94,9 @@ std::unique_ptr<Task> BuildForwardTask(const ForwardPlan& plan, const v1::Normal
                                                         kernels::DType::kF32, shape, rank - 1,
                                                         in.rows * 4));
   }
-  task->output_bytes = ForwardReplyDataBytes(plan);
-  task->input_bytes = in.bytes * (plan.residual != nullptr ? 2 : 1) + plan.parameters.inline_bytes;
+  const ForwardTaskBytes bytes = ForwardTaskBytesOf(plan);
+  task->input_bytes = bytes.input;
+  task->output_bytes = bytes.output;
   task->staging_bytes = TaskStagingBytes(*task);
   return task;
 }
@@ -105,6 +106,15 @@ std::unique_ptr<Task> BuildForwardTask(const ForwardPlan& plan, const v1::Normal
                                        TaskSink* sink) {
   ProtoResultMemory results(response);
   return BuildForwardTask(plan, request, results, deadline, sink);
+}
+
+ForwardTaskBytes ForwardTaskBytesOf(const ForwardPlan& plan) {
+  ForwardTaskBytes bytes;
+  // x, the residual, inline gamma and beta; the reply's tensors.
+  bytes.input =
+      plan.input.bytes * (plan.residual != nullptr ? 2 : 1) + plan.parameters.inline_bytes;
+  bytes.output = ForwardReplyDataBytes(plan);
+  return bytes;
 }
 
 BackwardTaskBytes BackwardTaskBytesOf(const BackwardPlan& plan) {

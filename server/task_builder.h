@@ -35,6 +35,15 @@ std::unique_ptr<Task> BuildForwardTask(const ForwardPlan& plan, const v1::Normal
                                        v1::NormalizeResponse* response, absl::Time deadline,
                                        TaskSink* sink);
 
+// The input and output bytes of the task BuildForwardTask makes from `plan`
+// (Task::input_bytes, output_bytes), from the plan's sizes alone.
+struct ForwardTaskBytes {
+  int64_t input = 0;
+  int64_t output = 0;
+  int64_t memory() const { return input + output; }
+};
+ForwardTaskBytes ForwardTaskBytesOf(const ForwardPlan& plan);
+
 // The input and output bytes of the task BuildBackwardTask makes from
 // `plan` (Task::input_bytes, output_bytes; memory_bytes() is their sum),
 // from the plan's sizes alone: known before the request's tensors are
