@@ -62,6 +62,14 @@ absl::StatusOr<MemoryReservation> ExecutorPool::ReserveMemory(int64_t bytes, abs
   return NoHealthyExecutor();
 }
 
+absl::Status ExecutorPool::Schedule(std::unique_ptr<Task>& task, MemoryReservation prepaid) {
+  task->memory_prepaid = prepaid.bytes() > 0 && prepaid.bytes() == task->memory_bytes();
+  if (!task->memory_prepaid) prepaid.ShrinkTo(0);
+  absl::Status status = Schedule(task);
+  if (status.ok()) prepaid.Detach();  // the batcher adopts the bytes with the task
+  return status;                      // else `prepaid` gives them back here
+}
+
 absl::Status ExecutorPool::Schedule(std::unique_ptr<Task>& task) {
   // A batcher that the stuck-batch watch closed after this routing chose
   // it (its executor just left service) refuses; the task is routed once

@@ -58,6 +58,11 @@ class ExecutorPool {
   // has room for them; the task then goes to Schedule with memory_prepaid.
   // UNAVAILABLE when no executor is usable.
   absl::StatusOr<MemoryReservation> ReserveMemory(int64_t bytes, absl::Time deadline);
+  // Schedule for a task whose memory `prepaid` holds (ReserveMemory, sized
+  // as its memory_bytes()): on OK the batcher accounts for the bytes; on an
+  // error they are given back before this returns. A reservation of another
+  // size is given back and the task charged as Schedule charges any.
+  absl::Status Schedule(std::unique_ptr<Task>& task, MemoryReservation prepaid);
   // Launch queued work without waiting for max_queue_delay (the drain).
   void Flush();
   // Stop accepting; queued tasks still run. Then Join waits for them.

@@ -61,17 +61,12 @@ void KserveInference::RunInference(inference::ModelInferRequest* request,
     prepaid.ShrinkTo(0);
     return Complete(absl::OkStatus());
   }
-  task->memory_prepaid = prepaid.bytes() > 0 && prepaid.bytes() == task->memory_bytes();
-  if (!task->memory_prepaid) prepaid.ShrinkTo(0);
-  const absl::Status status = service_.pool->Schedule(task);
+  const absl::Status status = service_.pool->Schedule(task, std::move(prepaid));
   // On OK the task may already be finished and OnInferenceDone called.
   if (!status.ok()) {
     task.reset();
-    prepaid.ShrinkTo(0);
     Complete(status);
-    return;
   }
-  prepaid.Detach();  // the batcher accounts for it now
 }
 
 void KserveInference::OnTaskDone(const absl::Status& status) { Complete(status); }

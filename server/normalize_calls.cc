@@ -137,21 +137,14 @@ class TensorCall final : public grpc::ServerUnaryReactor, public TaskSink {
       prepaid.ShrinkTo(0);
       return Reply(absl::OkStatus());
     }
-    // The reservation was sized from the plan's sizes (BackwardTaskBytesOf),
-    // which the task's are; were they not, the batcher charges the task.
-    task->memory_prepaid = prepaid.bytes() > 0 && prepaid.bytes() == task->memory_bytes();
-    if (!task->memory_prepaid) prepaid.ShrinkTo(0);
-    const absl::Status status = service_.pool->Schedule(task);
+    const absl::Status status = service_.pool->Schedule(task, std::move(prepaid));
     // On OK the task may already be finished (Reply called from a batch
     // thread); `this` stays valid until the handler returns (gRPC holds the
     // call until SetupReactor), but nothing here touches it again.
     if (!status.ok()) {
       task.reset();
-      prepaid.ShrinkTo(0);
       Reply(status);
-      return;
     }
-    prepaid.Detach();  // the batcher accounts for it now
   }
 
   bool IsCancelled() const override { return cancelled_.load(std::memory_order_relaxed); }

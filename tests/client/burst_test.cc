@@ -11,6 +11,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "inference/grpc_service.grpc.pb.h"
 #include "normsvc/client/channel.h"
@@ -31,6 +32,32 @@ int64_t HighWaterMarkBytes(pid_t pid) {
     if (std::sscanf(line.c_str(), "VmHWM: %lld kB", &kib) == 1) return kib * 1024;
   }
   return -1;
+}
+
+// Flags of a server whose budget (1 MiB) refuses any large request, and
+// which takes messages of up to 128 MiB.
+std::vector<std::string> TinyBudgetFlags() {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  return {"--max_queued_bytes=" + std::to_string(kMiB),
+          "--max_receive_message_bytes=" + std::to_string(128 * kMiB),
+          "--memory_release_interval_s=0"};
+}
+
+// `bytes` of fp32 data, no element zero (the pages are touched).
+std::string PatternedFloats(int64_t bytes) {
+  std::string data(bytes, '\0');
+  for (int64_t i = 0; i < bytes; i += 4) data[i + 1] = static_cast<char>(i / 4 % 251 + 1);
+  return data;
+}
+
+// The high-water mark's growth over `received` bytes: recorded and printed.
+double RecordGrowth(int64_t before, int64_t after, int64_t received) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  const double growth = static_cast<double>(after - before) / static_cast<double>(received);
+  ::testing::Test::RecordProperty("high_water_mark_growth_of_received", std::to_string(growth));
+  std::printf("server's resident high-water mark: %lld -> %lld MiB (%.2f of the bytes received)\n",
+              static_cast<long long>(before / kMiB), static_cast<long long>(after / kMiB), growth);
+  return growth;
 }
 
 TEST(BurstTest, ABurstOfLargeRequestsIsRefusedAsRetryableAndTheServerServesOn) {
@@ -102,11 +129,7 @@ TEST(BurstTest, ABurstOfLargeRequestsIsRefusedAsRetryableAndTheServerServesOn) {
 // quarantine, record it only.
 TEST(BurstTest, ABackwardTheBudgetRefusesIsNotCopiedFirst) {
   TempDir dir;
-  constexpr int64_t kMiB = int64_t{1} << 20;
-  NormsvcServer server(dir, "normsvc",
-                       {"--max_queued_bytes=" + std::to_string(kMiB),
-                        "--max_receive_message_bytes=" + std::to_string(128 * kMiB),
-                        "--memory_release_interval_s=0"});
+  NormsvcServer server(dir, "normsvc", TinyBudgetFlags());
   ASSERT_TRUE(server.ready()) << server.Log();
   client::ChannelOptions channel;
   channel.target = server.target();
@@ -119,9 +142,7 @@ TEST(BurstTest, ABackwardTheBudgetRefusesIsNotCopiedFirst) {
     tensor->set_dtype(v1::FP32);
     tensor->add_shape(kRows);
     tensor->add_shape(kHidden);
-    std::string data(kTensorBytes, '\0');
-    for (int64_t i = 0; i < kTensorBytes; i += 4) data[i + 1] = static_cast<char>(i / 4 % 251 + 1);
-    tensor->set_data(std::move(data));
+    tensor->set_data(PatternedFloats(kTensorBytes));
   }
   // Warm the connection and the server's threads first, so that the mark
   // moves by the request alone.
@@ -135,10 +156,7 @@ TEST(BurstTest, ABackwardTheBudgetRefusesIsNotCopiedFirst) {
   ASSERT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument) << response.status();
   EXPECT_NE(response.status().message().find("--max_queued_bytes"), std::string::npos)
       << response.status();
-  const double growth = static_cast<double>(after - before) / (2 * kTensorBytes);
-  ::testing::Test::RecordProperty("high_water_mark_growth_of_received", std::to_string(growth));
-  std::printf("server's resident high-water mark: %lld -> %lld MiB (%.2f of the bytes received)\n",
-              static_cast<long long>(before / kMiB), static_cast<long long>(after / kMiB), growth);
+  const double growth = RecordGrowth(before, after, 2 * kTensorBytes);
 #ifndef NORMSVC_SANITIZER_ALLOCATOR
   EXPECT_LT(growth, 1.4);
 #endif
@@ -152,11 +170,7 @@ TEST(BurstTest, ABackwardTheBudgetRefusesIsNotCopiedFirst) {
 // allocator is glibc's, as above.
 TEST(BurstTest, AModelInferTheBudgetRefusesAllocatesNoReplyFirst) {
   TempDir dir;
-  constexpr int64_t kMiB = int64_t{1} << 20;
-  NormsvcServer server(dir, "normsvc",
-                       {"--max_queued_bytes=" + std::to_string(kMiB),
-                        "--max_receive_message_bytes=" + std::to_string(128 * kMiB),
-                        "--memory_release_interval_s=0"});
+  NormsvcServer server(dir, "normsvc", TinyBudgetFlags());
   ASSERT_TRUE(server.ready()) << server.Log();
   client::ChannelOptions channel;
   channel.target = server.target();
@@ -173,9 +187,7 @@ TEST(BurstTest, AModelInferTheBudgetRefusesAllocatesNoReplyFirst) {
   input->set_datatype("FP32");
   input->add_shape(kRows);
   input->add_shape(kHidden);
-  std::string data(kTensorBytes, '\0');
-  for (int64_t i = 0; i < kTensorBytes; i += 4) data[i + 1] = static_cast<char>(i / 4 % 251 + 1);
-  request.add_raw_input_contents(std::move(data));
+  request.add_raw_input_contents(PatternedFloats(kTensorBytes));
   const absl::StatusOr<v1::GetServerInfoResponse> info =
       client.GetServerInfo({.timeout = absl::Seconds(10), .wait_for_ready = true});
   ASSERT_TRUE(info.ok()) << info.status();
@@ -188,10 +200,7 @@ TEST(BurstTest, AModelInferTheBudgetRefusesAllocatesNoReplyFirst) {
   ASSERT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
   EXPECT_NE(status.error_message().find("--max_queued_bytes"), std::string::npos)
       << status.error_message();
-  const double growth = static_cast<double>(after - before) / kTensorBytes;
-  ::testing::Test::RecordProperty("high_water_mark_growth_of_received", std::to_string(growth));
-  std::printf("server's resident high-water mark: %lld -> %lld MiB (%.2f of the bytes received)\n",
-              static_cast<long long>(before / kMiB), static_cast<long long>(after / kMiB), growth);
+  const double growth = RecordGrowth(before, after, kTensorBytes);
 #ifndef NORMSVC_SANITIZER_ALLOCATOR
   EXPECT_LT(growth, 2.5);
 #endif

@@ -118,9 +118,7 @@ TEST_F(ExecutorPoolTest, ReservingMemoryLeavesTheRoutingAlone) {
     absl::StatusOr<MemoryReservation> reserved = pool->ReserveMemory(bytes, absl::InfiniteFuture());
     ASSERT_TRUE(reserved.ok()) << reserved.status();
     EXPECT_EQ(budget_.used(), bytes);
-    task->memory_prepaid = true;
-    ASSERT_TRUE(pool->Schedule(task).ok());
-    reserved->Detach();
+    ASSERT_TRUE(pool->Schedule(task, *std::move(reserved)).ok());
     EXPECT_EQ(budget_.used(), bytes);  // not charged again
     // Run it at once, as a free worker would: both queues are empty again.
     for (int e = 0; e < 2; ++e) {
