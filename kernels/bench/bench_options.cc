@@ -16,7 +16,8 @@ constexpr const char kUsage[] =
     "                  [--backward-only] [--backward-dx-only] [--hidden H]\n"
     "                  [--dtype bf16|fp32|fp16]\n"
     "                  [--ring off|two-block-clusters|every-plan]\n"
-    "                  [--param_staging off|one-wave] [--realign shift|staged]\n"
+    "                  [--param_staging off|one-wave|multi-warp-rows|every-launch] [--realign "
+    "shift|staged]\n"
     "                  [--backward-realign on|off]\n"
     "                  [--elements N] [--affine full|gamma|none] [--residual]\n"
     "                  [--column-reduce auto|narrow|wide] [--discard-partials on|off]\n";

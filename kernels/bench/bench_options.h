@@ -3,7 +3,7 @@
 //   norm_bench [--json PATH] [--iterations N] [--quick] [--forward-only]
 //              [--backward-only] [--backward-dx-only] [--hidden H]
 //              [--dtype bf16|fp32|fp16] [--ring off|two-block-clusters|every-plan]
-//              [--param_staging off|one-wave] [--realign shift|staged]
+//              [--param_staging off|one-wave|multi-warp-rows|every-launch] [--realign shift|staged]
 //              [--backward-realign on|off] [--elements N] [--affine full|gamma|none]
 //              [--residual] [--column-reduce auto|narrow|wide]
 //              [--discard-partials on|off]
@@ -12,7 +12,7 @@
 // issue's floor of 16M elements; 2^26 is the 64M elements of a bf16 16384 x 4096 tensor).
 // --ring sets which one-segment launches take the ring kernel (kernels/src/ring_policy.h;
 // default two-block-clusters); --param_staging which ones stage gamma/beta in shared memory
-// (kernels/src/param_staging.h; default one-wave); --realign which kernel serves one-segment
+// (kernels/src/param_staging.h; default multi-warp-rows); --realign which kernel serves one-segment
 // realigned forward launches without a residual (kernels/src/realign_policy.h; default
 // staged); --backward-realign whether backward rows of H not a multiple of the vector width
 // take BackwardRealignKernel (default on) or the strided plan's kernel; --column-reduce which

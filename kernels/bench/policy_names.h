@@ -49,6 +49,8 @@ inline const char* RingPolicyName(kernels::detail::RingPolicy policy) {
 inline constexpr std::pair<const char*, kernels::detail::ParamStaging> kParamStagings[] = {
     {"off", kernels::detail::ParamStaging::kOff},
     {"one-wave", kernels::detail::ParamStaging::kOneWave},
+    {"multi-warp-rows", kernels::detail::ParamStaging::kMultiWarpRows},
+    {"every-launch", kernels::detail::ParamStaging::kEveryLaunch},
 };
 
 inline const char* ParamStagingName(kernels::detail::ParamStaging policy) {

@@ -28,7 +28,7 @@ namespace {
 
 std::atomic<RingPolicy> ring_policy{RingPolicy::kTwoBlockClusters};
 std::atomic<int64_t> ring_launches{0};
-std::atomic<ParamStaging> param_staging{ParamStaging::kOneWave};
+std::atomic<ParamStaging> param_staging{ParamStaging::kMultiWarpRows};
 std::atomic<int64_t> param_staged_launches{0};
 std::atomic<int64_t> realign_launches{0};
 std::atomic<int64_t> staged_realign_launches{0};
@@ -90,9 +90,6 @@ constexpr int64_t kMaxFastUnits = int64_t{1} << 20;
 // so every forward launch may overlap the previous kernel's tail.
 constexpr bool kEarlyLaunch = true;
 
-// A persistent launch: at most one wave of units (blocks, or clusters of
-// plan.cluster blocks) with `smem` bytes of dynamic shared memory, each
-// looping over its row groups.
 // Units (blocks, or clusters of plan.cluster blocks) of `kernel` that fit on
 // the device at once; 0 when the query fails. Clusters are counted by the
 // runtime (ResidentClusters), not as blocks / cluster: a persistent
@@ -106,6 +103,8 @@ int64_t ResidentUnits(detail::ForwardKernel kernel, const KernelPlan& plan, std:
   return detail::ResidentBlocks(entry, plan.block_threads, smem);
 }
 
+// A persistent launch: at most one wave of units, with `smem` bytes of
+// dynamic shared memory a block, each looping over its row groups.
 Status LaunchPersistent(detail::ForwardKernel kernel, const KernelPlan& plan, std::size_t smem,
                         int64_t resident_units, const ForwardParams& params, cudaStream_t stream) {
   const int64_t units = std::min(params.row_groups, std::max<int64_t>(1, resident_units));
@@ -136,10 +135,10 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
   }
   if (detail::UsesParamStaging(plan, path, params.segment_count == 1, x_dtype, param_dtype,
                                detail::GetParamStaging())) {
-    // Only for launches of one wave (every block resident at once, a small
-    // batch): there the parameters' load after the statistics is on the
-    // launch's critical path; in longer launches other blocks hide it, and
-    // staging would add its copies to every block.
+    // Launches of one wave (every block resident at once, a small batch):
+    // there the parameters' load after the statistics is on the launch's
+    // critical path. Longer ones as StagesMultiWaveLaunch says: other blocks
+    // hide part of that load, and staging adds its copies to every block.
     const detail::ForwardKernel staged = detail::FindParamStagedForwardKernel(x_dtype, plan);
     if (staged == nullptr) return Status(Code::kInternal, "no parameter-staging forward kernel");
     // No more rows than multiprocessors: a block of each row alone spreads
@@ -153,7 +152,8 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
     wave_params.row_groups = (params.total_rows + wave.groups - 1) / wave.groups;
     const std::size_t smem = detail::ParamStagingBytes(wave);
     const int64_t resident = ResidentUnits(staged, wave, smem);
-    if (resident > 0 && wave_params.row_groups <= resident) {
+    if (resident > 0 && (wave_params.row_groups <= resident ||
+                         detail::StagesMultiWaveLaunch(wave, detail::GetParamStaging()))) {
       const Status launched = detail::LaunchWithPlan(staged, wave, wave_params.row_groups, smem,
                                                      wave_params, stream, kEarlyLaunch);
       if (launched.ok()) detail::param_staged_launches.fetch_add(1, std::memory_order_relaxed);

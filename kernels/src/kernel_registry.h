@@ -84,8 +84,9 @@ inline bool UsesRingForward(const KernelPlan& plan, ForwardPath path, bool singl
 // Whether a one-segment launch of the specialized kernel may take the one
 // that stages gamma/beta in shared memory (same bits): the vector layout
 // within a block, gamma/beta in the x dtype (16-byte chunks), as `policy`
-// allows. The launcher takes it only for launches whose blocks all fit on
-// the device at once (small batches).
+// allows. The launcher takes it for launches whose blocks all fit on the
+// device at once (small batches), and for longer ones as
+// StagesMultiWaveLaunch says.
 inline bool UsesParamStaging(const KernelPlan& plan, ForwardPath path, bool single_segment,
                              DType x_dtype, DType param_dtype, ParamStaging policy) {
   return policy != ParamStaging::kOff && path == ForwardPath::kLean && single_segment &&
@@ -111,6 +112,26 @@ inline KernelPlan WaveRowsPlan(const KernelPlan& plan) {
 inline std::size_t ParamStagingBytes(const KernelPlan& plan) {
   return std::size_t{2} * static_cast<std::size_t>(plan.slots) *
          static_cast<std::size_t>(plan.block_threads) * 16;
+}
+
+// The most shared memory a block of a launch of more than a wave may stage
+// its parameters in (kMultiWarpRows).
+inline constexpr std::size_t kMultiWaveStagingMaxBytes = 32 * 1024;
+
+// Whether a launch of more than a wave that UsesParamStaging allows stages
+// its parameters too (a block a row group, as the unstaged kernel has). Each
+// block then copies gamma/beta once a row team, as many bytes as x's for
+// LayerNorm, so that their first loads do not wait after the statistics.
+// Measured on an H100 (BENCHMARKS.md, round 50): +0.004 to +0.019 of copy
+// where a row spans four warps or more and a block stages at most
+// kMultiWaveStagingMaxBytes (bf16 and fp32 4096, bf16 8192); a loss where a
+// row is one or two warps (bf16 768: -0.08; several row teams of a block
+// read the parameters once through L1 unstaged) or a block stages 64 KB
+// (bf16 LayerNorm 16384: -0.03).
+inline bool StagesMultiWaveLaunch(const KernelPlan& plan, ParamStaging policy) {
+  if (policy == ParamStaging::kEveryLaunch) return true;
+  return policy == ParamStaging::kMultiWarpRows && plan.row_threads >= 128 &&
+         ParamStagingBytes(plan) <= kMultiWaveStagingMaxBytes;
 }
 
 // Null when no instantiation matches the plan (a planning bug: the launcher

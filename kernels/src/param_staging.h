@@ -12,7 +12,13 @@ namespace normsvc::kernels::detail {
 
 enum class ParamStaging : uint8_t {
   kOff,      // never
-  kOneWave,  // launches whose blocks all fit on the device at once (the default)
+  kOneWave,  // launches whose blocks all fit on the device at once
+  // kOneWave's launches, and longer ones whose plan StagesMultiWaveLaunch
+  // names (kernel_registry.h): the default.
+  kMultiWarpRows,
+  // Every launch it serves, a block a row group (a tuning experiment:
+  // norm_bench --param_staging every-launch).
+  kEveryLaunch,
 };
 
 ParamStaging GetParamStaging();

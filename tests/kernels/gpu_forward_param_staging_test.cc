@@ -3,14 +3,17 @@
 // which one-segment launches of one wave take by default: against the double
 // reference and, bit for bit, against the same rows as one-row segments of
 // one multi-segment launch (which reads the parameters from global memory),
-// with and without gamma, beta, residual and saved statistics; and the
-// launches it must not take (more than one wave, parameters in another dtype).
+// with and without gamma, beta, residual and saved statistics; launches of
+// many waves under each policy, bit for bit against the unstaged launch; and
+// the launches it must not take (parameters in another dtype, more than one
+// wave where the policy says so).
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "gpu_forward_case.h"
 #include "gpu_test_support.h"
+#include "kernel_registry.h"
 #include "normsvc/kernels/gpu.h"
 #include "param_staging.h"
 
@@ -37,6 +40,21 @@ bool RunOneSegment(ForwardCase& c) {
   return detail::ParamStagedForwardLaunches() == before + 1;
 }
 
+// A case of `rows` x `hidden` with gamma, beta, a residual and saved
+// statistics present or not as `variant` cycles through their combinations.
+ForwardSpec VariantSpec(DType dtype, NormOp op, int64_t rows, int64_t hidden, int variant) {
+  ForwardSpec spec;
+  spec.op = op;
+  spec.x_dtype = spec.out_dtype = spec.param_dtype = dtype;
+  spec.rows = rows;
+  spec.hidden = hidden;
+  spec.gamma = variant % 4 != 3;
+  spec.beta = variant % 5 != 4;
+  spec.residual = spec.residual_out = variant % 3 == 1;
+  spec.stats = variant % 2 == 0;
+  return spec;
+}
+
 TEST(ForwardParamStaging, SmallLaunchesMatchReferenceAndOneRowSegmentsBitForBit) {
   NORMSVC_REQUIRE_GPU();
   std::mt19937_64 rng = SeededRng("parameter staging");
@@ -49,16 +67,7 @@ TEST(ForwardParamStaging, SmallLaunchesMatchReferenceAndOneRowSegmentsBitForBit)
         // 200: more rows than the H200's 132 multiprocessors (the plan's own
         // blocks; WaveRowsPlan below that).
         for (int64_t rows : {1, 8, 64, 200}) {
-          ++variant;
-          ForwardSpec spec;
-          spec.op = op;
-          spec.x_dtype = spec.out_dtype = spec.param_dtype = dtype;
-          spec.rows = rows;
-          spec.hidden = hidden;
-          spec.gamma = variant % 4 != 3;
-          spec.beta = variant % 5 != 4;
-          spec.residual = spec.residual_out = variant % 3 == 1;
-          spec.stats = variant % 2 == 0;
+          const ForwardSpec spec = VariantSpec(dtype, op, rows, hidden, ++variant);
           ForwardCase c(spec, rng);
           c.Upload();
           ASSERT_TRUE(RunOneSegment(c)) << "did not stage its parameters: " << Describe(spec);
@@ -121,8 +130,21 @@ TEST(ForwardParamStaging, NotForLargeLaunchesOtherParameterDtypesOrWhenOff) {
     large.rows = 8192;  // 4,096 row groups: more than fit on an H200 at once
     ForwardCase c(large, rng);
     c.Upload();
-    EXPECT_FALSE(RunOneSegment(c)) << "more than one wave";
+    EXPECT_FALSE(RunOneSegment(c)) << "more than one wave under one-wave";
     c.Check("more than one wave");
+    detail::SetParamStaging(detail::ParamStaging::kMultiWarpRows);
+    EXPECT_TRUE(RunOneSegment(c)) << "rows of four warps, 32 KB a block: staged";
+    c.Check("more than one wave, staged");
+  }
+  {
+    ForwardSpec short_rows = spec;
+    short_rows.hidden = 1024;  // a warp a row
+    short_rows.rows = 32768;
+    ForwardCase c(short_rows, rng);
+    c.Upload();
+    EXPECT_FALSE(RunOneSegment(c)) << "rows of one warp, more than one wave";
+    c.Check("rows of one warp");
+    detail::SetParamStaging(detail::ParamStaging::kOneWave);
   }
   {
     ForwardSpec fp32_params = spec;
@@ -131,6 +153,39 @@ TEST(ForwardParamStaging, NotForLargeLaunchesOtherParameterDtypesOrWhenOff) {
     c.Upload();
     EXPECT_FALSE(RunOneSegment(c)) << "fp32 parameters for bf16 rows";
     c.Check("fp32 parameters");
+  }
+}
+
+TEST(ForwardParamStaging, LaunchesOfManyWavesGiveTheUnstagedBits) {
+  NORMSVC_REQUIRE_GPU();
+  std::mt19937_64 rng = SeededRng("multi-wave parameter staging");
+  ParamStagingScope restore;
+  int variant = 0;
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+      for (int64_t hidden : {768, 4096, 8192, 16384}) {
+        // fp32 rows of 16,384 span a cluster: never staged.
+        if (dtype == DType::kF32 && hidden == 16384) continue;
+        // 2^23 elements: several times the row groups that fit at once.
+        const int64_t rows = (int64_t{1} << 23) / hidden;
+        const ForwardSpec spec = VariantSpec(dtype, op, rows, hidden, ++variant);
+        ForwardCase c(spec, rng);
+        c.Upload();
+        detail::SetParamStaging(detail::ParamStaging::kOff);
+        ASSERT_FALSE(RunOneSegment(c)) << "staged with the policy off: " << Describe(spec);
+        const std::vector<uint8_t> unstaged = c.OutputBytes();
+        c.Check("unstaged");
+        detail::SetParamStaging(detail::ParamStaging::kEveryLaunch);
+        ASSERT_TRUE(RunOneSegment(c)) << "every-launch did not stage: " << Describe(spec);
+        EXPECT_EQ(c.OutputBytes(), unstaged) << "every-launch differs: " << Describe(spec);
+        detail::SetParamStaging(detail::ParamStaging::kMultiWarpRows);
+        const bool staged = RunOneSegment(c);
+        EXPECT_EQ(staged, detail::StagesMultiWaveLaunch(detail::PlanForward(hidden, dtype),
+                                                        detail::ParamStaging::kMultiWarpRows))
+            << Describe(spec);
+        EXPECT_EQ(c.OutputBytes(), unstaged) << "the default differs: " << Describe(spec);
+      }
+    }
   }
 }
 

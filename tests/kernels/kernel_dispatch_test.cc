@@ -106,5 +106,36 @@ TEST(KernelDispatch, EveryBackwardPlanHasItsKernels) {
   }
 }
 
+// Which launches of more than a wave stage their parameters under each
+// policy, at the shapes round 50 measured (BENCHMARKS.md): the default
+// stages where it gained on the H100 (rows of four warps or more, blocks
+// staging at most 32 KB) and nowhere it lost.
+TEST(KernelDispatch, MultiWaveLaunchesStageParametersWhereMeasured) {
+  struct Shape {
+    DType dtype;
+    int64_t hidden;
+    bool staged_by_default;
+  };
+  const Shape shapes[] = {
+      {DType::kBF16, 768, false}, {DType::kBF16, 1024, false},  {DType::kBF16, 4096, true},
+      {DType::kBF16, 8192, true}, {DType::kBF16, 16384, false}, {DType::kF32, 768, false},
+      {DType::kF32, 1024, false}, {DType::kF32, 4096, true},    {DType::kF32, 8192, false},
+  };
+  for (const Shape& shape : shapes) {
+    const KernelPlan plan = detail::PlanForward(shape.hidden, shape.dtype);
+    const std::string where = Where(shape.dtype, shape.hidden, plan);
+    ASSERT_TRUE(detail::UsesParamStaging(plan, detail::ForwardPath::kLean, true, shape.dtype,
+                                         shape.dtype, detail::ParamStaging::kMultiWarpRows))
+        << where;
+    EXPECT_EQ(detail::StagesMultiWaveLaunch(plan, detail::ParamStaging::kMultiWarpRows),
+              shape.staged_by_default)
+        << where;
+    EXPECT_TRUE(detail::StagesMultiWaveLaunch(plan, detail::ParamStaging::kEveryLaunch)) << where;
+    EXPECT_FALSE(detail::StagesMultiWaveLaunch(plan, detail::ParamStaging::kOneWave)) << where;
+    EXPECT_FALSE(detail::StagesMultiWaveLaunch(plan, detail::ParamStaging::kOff)) << where;
+  }
+  EXPECT_EQ(detail::GetParamStaging(), detail::ParamStaging::kMultiWarpRows) << "the default";
+}
+
 }  // namespace
 }  // namespace normsvc::kernels::testing
