@@ -135,10 +135,9 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
   }
   if (detail::UsesParamStaging(plan, path, params.segment_count == 1, x_dtype, param_dtype,
                                detail::GetParamStaging())) {
-    // Launches of one wave (every block resident at once, a small batch):
-    // there the parameters' load after the statistics is on the launch's
-    // critical path. Longer ones as StagesMultiWaveLaunch says: other blocks
-    // hide part of that load, and staging adds its copies to every block.
+    // Launches of one wave (a small batch), where the parameters' load after
+    // the statistics is on the critical path; longer ones as
+    // StagesMultiWaveLaunch says (other blocks hide part of that load).
     const detail::ForwardKernel staged = detail::FindParamStagedForwardKernel(x_dtype, plan);
     if (staged == nullptr) return Status(Code::kInternal, "no parameter-staging forward kernel");
     // No more rows than multiprocessors: a block of each row alone spreads
@@ -153,7 +152,8 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
     const std::size_t smem = detail::ParamStagingBytes(wave);
     const int64_t resident = ResidentUnits(staged, wave, smem);
     if (resident > 0 && (wave_params.row_groups <= resident ||
-                         detail::StagesMultiWaveLaunch(wave, detail::GetParamStaging()))) {
+                         detail::StagesMultiWaveLaunch(wave, static_cast<NormOp>(params.op),
+                                                       detail::GetParamStaging()))) {
       const Status launched = detail::LaunchWithPlan(staged, wave, wave_params.row_groups, smem,
                                                      wave_params, stream, kEarlyLaunch);
       if (launched.ok()) detail::param_staged_launches.fetch_add(1, std::memory_order_relaxed);

@@ -114,24 +114,26 @@ inline std::size_t ParamStagingBytes(const KernelPlan& plan) {
          static_cast<std::size_t>(plan.block_threads) * 16;
 }
 
-// The most shared memory a block of a launch of more than a wave may stage
-// its parameters in (kMultiWarpRows).
+// The most bytes of parameters a block of a launch of more than a wave may
+// stage (kMultiWarpRows).
 inline constexpr std::size_t kMultiWaveStagingMaxBytes = 32 * 1024;
 
 // Whether a launch of more than a wave that UsesParamStaging allows stages
 // its parameters too (a block a row group, as the unstaged kernel has). Each
-// block then copies gamma/beta once a row team, as many bytes as x's for
-// LayerNorm, so that their first loads do not wait after the statistics.
-// Measured on an H100 (BENCHMARKS.md, round 50): +0.004 to +0.019 of copy
-// where a row spans four warps or more and a block stages at most
-// kMultiWaveStagingMaxBytes (bf16 and fp32 4096, bf16 8192); a loss where a
+// block then copies the op's parameters once a row team (LayerNorm: gamma
+// and beta, as many bytes as x's; RMSNorm: gamma), so that their first loads
+// do not wait after the statistics. Measured on an H100 (BENCHMARKS.md,
+// round 50): +0.004 to +0.019 of copy where a row spans four warps or more
+// and a block stages at most kMultiWaveStagingMaxBytes (LayerNorm bf16 4096
+// and 8192, fp32 4096; RMSNorm bf16 4096-16384, fp32 8192); a loss where a
 // row is one or two warps (bf16 768: -0.08; several row teams of a block
 // read the parameters once through L1 unstaged) or a block stages 64 KB
 // (bf16 LayerNorm 16384: -0.03).
-inline bool StagesMultiWaveLaunch(const KernelPlan& plan, ParamStaging policy) {
+inline bool StagesMultiWaveLaunch(const KernelPlan& plan, NormOp op, ParamStaging policy) {
   if (policy == ParamStaging::kEveryLaunch) return true;
+  const std::size_t params = op == NormOp::kLayerNorm ? 2 : 1;
   return policy == ParamStaging::kMultiWarpRows && plan.row_threads >= 128 &&
-         ParamStagingBytes(plan) <= kMultiWaveStagingMaxBytes;
+         ParamStagingBytes(plan) / 2 * params <= kMultiWaveStagingMaxBytes;
 }
 
 // Null when no instantiation matches the plan (a planning bug: the launcher

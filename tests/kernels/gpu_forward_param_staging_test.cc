@@ -180,7 +180,7 @@ TEST(ForwardParamStaging, LaunchesOfManyWavesGiveTheUnstagedBits) {
         EXPECT_EQ(c.OutputBytes(), unstaged) << "every-launch differs: " << Describe(spec);
         detail::SetParamStaging(detail::ParamStaging::kMultiWarpRows);
         const bool staged = RunOneSegment(c);
-        EXPECT_EQ(staged, detail::StagesMultiWaveLaunch(detail::PlanForward(hidden, dtype),
+        EXPECT_EQ(staged, detail::StagesMultiWaveLaunch(detail::PlanForward(hidden, dtype), op,
                                                         detail::ParamStaging::kMultiWarpRows))
             << Describe(spec);
         EXPECT_EQ(c.OutputBytes(), unstaged) << "the default differs: " << Describe(spec);

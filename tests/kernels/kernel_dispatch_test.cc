@@ -109,17 +109,20 @@ TEST(KernelDispatch, EveryBackwardPlanHasItsKernels) {
 // Which launches of more than a wave stage their parameters under each
 // policy, at the shapes round 50 measured (BENCHMARKS.md): the default
 // stages where it gained on the H100 (rows of four warps or more, blocks
-// staging at most 32 KB) and nowhere it lost.
+// staging at most 32 KB of the op's parameters) and nowhere it lost.
 TEST(KernelDispatch, MultiWaveLaunchesStageParametersWhereMeasured) {
   struct Shape {
     DType dtype;
     int64_t hidden;
-    bool staged_by_default;
+    bool layer_norm_staged;
+    bool rms_norm_staged;
   };
   const Shape shapes[] = {
-      {DType::kBF16, 768, false}, {DType::kBF16, 1024, false},  {DType::kBF16, 4096, true},
-      {DType::kBF16, 8192, true}, {DType::kBF16, 16384, false}, {DType::kF32, 768, false},
-      {DType::kF32, 1024, false}, {DType::kF32, 4096, true},    {DType::kF32, 8192, false},
+      {DType::kBF16, 768, false, false},  {DType::kBF16, 1024, false, false},
+      {DType::kBF16, 4096, true, true},   {DType::kBF16, 8192, true, true},
+      {DType::kBF16, 16384, false, true}, {DType::kF32, 768, false, false},
+      {DType::kF32, 1024, false, false},  {DType::kF32, 4096, true, true},
+      {DType::kF32, 8192, false, true},
   };
   for (const Shape& shape : shapes) {
     const KernelPlan plan = detail::PlanForward(shape.hidden, shape.dtype);
@@ -127,12 +130,21 @@ TEST(KernelDispatch, MultiWaveLaunchesStageParametersWhereMeasured) {
     ASSERT_TRUE(detail::UsesParamStaging(plan, detail::ForwardPath::kLean, true, shape.dtype,
                                          shape.dtype, detail::ParamStaging::kMultiWarpRows))
         << where;
-    EXPECT_EQ(detail::StagesMultiWaveLaunch(plan, detail::ParamStaging::kMultiWarpRows),
-              shape.staged_by_default)
-        << where;
-    EXPECT_TRUE(detail::StagesMultiWaveLaunch(plan, detail::ParamStaging::kEveryLaunch)) << where;
-    EXPECT_FALSE(detail::StagesMultiWaveLaunch(plan, detail::ParamStaging::kOneWave)) << where;
-    EXPECT_FALSE(detail::StagesMultiWaveLaunch(plan, detail::ParamStaging::kOff)) << where;
+    EXPECT_EQ(detail::StagesMultiWaveLaunch(plan, NormOp::kLayerNorm,
+                                            detail::ParamStaging::kMultiWarpRows),
+              shape.layer_norm_staged)
+        << "LayerNorm " << where;
+    EXPECT_EQ(
+        detail::StagesMultiWaveLaunch(plan, NormOp::kRmsNorm, detail::ParamStaging::kMultiWarpRows),
+        shape.rms_norm_staged)
+        << "RMSNorm " << where;
+    for (NormOp op : {NormOp::kLayerNorm, NormOp::kRmsNorm}) {
+      EXPECT_TRUE(detail::StagesMultiWaveLaunch(plan, op, detail::ParamStaging::kEveryLaunch))
+          << where;
+      EXPECT_FALSE(detail::StagesMultiWaveLaunch(plan, op, detail::ParamStaging::kOneWave))
+          << where;
+      EXPECT_FALSE(detail::StagesMultiWaveLaunch(plan, op, detail::ParamStaging::kOff)) << where;
+    }
   }
   EXPECT_EQ(detail::GetParamStaging(), detail::ParamStaging::kMultiWarpRows) << "the default";
 }
