@@ -75,15 +75,15 @@ using detail::Layout;
 constexpr std::size_t kTableEntryBytes =
     sizeof(DeviceSegment) + sizeof(int64_t) + sizeof(detail::SegmentBucket);
 
-// The specialized and realigning kernels take a grid of one block (or
-// cluster) per row group, up to kMaxFastUnits of them looping over the
-// rest; RMSNorm's realigning launches are persistent (one wave of blocks).
-// The general row-register kernels are persistent: at most one wave of
-// blocks, each looping over its rows (a row's arithmetic does not depend
-// on which block or iteration handles it), with a per-thread gamma/beta
-// cache in dynamic shared memory. The staged kernel is persistent too (one
-// wave of clusters, each row's chunks in its blocks' shared memory); the
-// streamed kernel takes one block per row.
+// The specialized kernels (parameters staged or not) and the realigning
+// ones take a block (or cluster) per row group, up to kMaxFastUnits of them
+// looping over the rest; RMSNorm's realigning launches are persistent. The
+// general row-register kernels are persistent: at most one wave of blocks,
+// each looping over its rows (a row's arithmetic does not depend on which
+// block or iteration handles it), with a gamma/beta cache in dynamic shared
+// memory. The staged kernel is persistent too (one wave of clusters, each
+// row's chunks in its blocks' shared memory); the streamed kernel takes one
+// block per row.
 constexpr int64_t kMaxFastUnits = int64_t{1} << 20;
 
 // Every forward kernel begins with BeginDependentGrid (grid_dependency.cuh),
@@ -135,9 +135,8 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
   }
   if (detail::UsesParamStaging(plan, path, params.segment_count == 1, x_dtype, param_dtype,
                                detail::GetParamStaging())) {
-    // Launches of one wave (a small batch), where the parameters' load after
-    // the statistics is on the critical path; longer ones as
-    // StagesMultiWaveLaunch says (other blocks hide part of that load).
+    // Launches of one wave (a small batch), where the parameters' load after the statistics
+    // is on the critical path; longer ones as StagesMultiWaveLaunch says.
     const detail::ForwardKernel staged = detail::FindParamStagedForwardKernel(x_dtype, plan);
     if (staged == nullptr) return Status(Code::kInternal, "no parameter-staging forward kernel");
     // No more rows than multiprocessors: a block of each row alone spreads
@@ -154,8 +153,9 @@ Status LaunchOneGroup(DType x_dtype, DType param_dtype, const KernelPlan& plan, 
     if (resident > 0 && (wave_params.row_groups <= resident ||
                          detail::StagesMultiWaveLaunch(wave, static_cast<NormOp>(params.op),
                                                        detail::GetParamStaging()))) {
-      const Status launched = detail::LaunchWithPlan(staged, wave, wave_params.row_groups, smem,
-                                                     wave_params, stream, kEarlyLaunch);
+      const Status launched =
+          detail::LaunchWithPlan(staged, wave, std::min(wave_params.row_groups, kMaxFastUnits),
+                                 smem, wave_params, stream, kEarlyLaunch);
       if (launched.ok()) detail::param_staged_launches.fetch_add(1, std::memory_order_relaxed);
       return launched;
     }

@@ -294,8 +294,8 @@ inline constexpr int kLeanMinBlocks = 2;
 // (ParamStagingBytes of dynamic shared memory), so that a block does not
 // wait for them after its statistics; the launcher takes it for launches of
 // one wave (small batches), where that wait is on the critical path, and
-// for longer ones of rows of four warps or more (StagesMultiWaveLaunch,
-// kernel_registry.h). Same arithmetic, same bits.
+// for longer ones as StagesMultiWaveLaunch (kernel_registry.h) says. Same
+// arithmetic, same bits.
 template <typename T, typename P, int V, int W, bool kSingle, bool kCluster,
           bool kStageParams = false>
 __global__ void __launch_bounds__(kLeanMaxThreads, W == 1 ? 1 : kLeanMinBlocks)

@@ -1,8 +1,9 @@
 // Which one-segment launches take the forward kernel that stages gamma/beta
 // in shared memory (ForwardLeanKernel's kStageParams, forward_lean_kernel.cuh).
 // Staging changes only when the parameters arrive, never a result bit (the
-// GPU tests compare launches of every size with the multi-segment kernel bit
-// for bit), so the choice is a speed policy. Process-wide; norm_bench
+// GPU tests compare small launches with the multi-segment kernel and long
+// ones with the unstaged kernel, bit for bit), so the choice is a speed
+// policy. Process-wide; norm_bench
 // --param_staging and the tests set it, nothing else does.
 #pragma once
 

@@ -1,6 +1,7 @@
 // The forward kernel that stages gamma/beta in shared memory
 // (ForwardLeanKernel's kStageParams; ParamStaging, kernels/src/param_staging.h),
-// which one-segment launches of one wave take by default: against the double
+// which one-segment launches of one wave, and longer ones as
+// StagesMultiWaveLaunch says, take by default: against the double
 // reference and, bit for bit, against the same rows as one-row segments of
 // one multi-segment launch (which reads the parameters from global memory),
 // with and without gamma, beta, residual and saved statistics; launches of
@@ -14,6 +15,7 @@
 #include "gpu_forward_case.h"
 #include "gpu_test_support.h"
 #include "kernel_registry.h"
+#include "launch_common.h"
 #include "normsvc/kernels/gpu.h"
 #include "param_staging.h"
 
@@ -169,6 +171,12 @@ TEST(ForwardParamStaging, LaunchesOfManyWavesGiveTheUnstagedBits) {
         // 2^23 elements: several times the row groups that fit at once.
         const int64_t rows = (int64_t{1} << 23) / hidden;
         const ForwardSpec spec = VariantSpec(dtype, op, rows, hidden, ++variant);
+        const detail::KernelPlan plan = detail::PlanForward(hidden, dtype);
+        const int64_t resident = detail::ResidentBlocks(
+            reinterpret_cast<const void*>(detail::FindParamStagedForwardKernel(dtype, plan)),
+            plan.block_threads, detail::ParamStagingBytes(plan));
+        ASSERT_GT((rows + plan.groups - 1) / plan.groups, resident)
+            << "one wave, not a long launch: " << Describe(spec);
         ForwardCase c(spec, rng);
         c.Upload();
         detail::SetParamStaging(detail::ParamStaging::kOff);
@@ -180,8 +188,8 @@ TEST(ForwardParamStaging, LaunchesOfManyWavesGiveTheUnstagedBits) {
         EXPECT_EQ(c.OutputBytes(), unstaged) << "every-launch differs: " << Describe(spec);
         detail::SetParamStaging(detail::ParamStaging::kMultiWarpRows);
         const bool staged = RunOneSegment(c);
-        EXPECT_EQ(staged, detail::StagesMultiWaveLaunch(detail::PlanForward(hidden, dtype), op,
-                                                        detail::ParamStaging::kMultiWarpRows))
+        EXPECT_EQ(staged,
+                  detail::StagesMultiWaveLaunch(plan, op, detail::ParamStaging::kMultiWarpRows))
             << Describe(spec);
         EXPECT_EQ(c.OutputBytes(), unstaged) << "the default differs: " << Describe(spec);
       }

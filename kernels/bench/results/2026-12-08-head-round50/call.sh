@@ -4,7 +4,7 @@
 # About 6 minutes on an H100 (kernels_gpu_test 280 s there, server_test 75 s).
 # Bundle: kernels/bench/pack_gpu_bundle.sh build-gpu .gpu/h50
 # tests/kernels/kernels_gpu_test tests/server/server_test server/normsvc
-# kernels/bench/norm_bench at 8acfba0 (the kernels of HEAD). Writes under $1,
+# kernels/bench/norm_bench at the commit "Round 50 after review". Writes under $1,
 # packs it into $1.tgz.
 set -u
 out=${1:?usage: call.sh OUT_DIR}
