@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Round 51 on the GPU machine: LayerNorm's gamma/beta loaded a chunk ahead in
+# the one-segment lean kernel (round51.patch). The forward tests with the
+# patched library, then norm_bench --forward-only of the base library
+# (.gpu/base, HEAD's) and the patched one interleaved twice, one binary.
+# Bundles (here): xz -c build-gpu/kernels/libnormsvc_kernels.so >
+# .gpu/base/.gpu-base.so.xz at HEAD; then git apply round51.patch, build,
+# kernels/bench/pack_gpu_bundle.sh build-gpu .gpu/l51
+# tests/kernels/kernels_gpu_test kernels/bench/norm_bench. Carry .gpu/l51 and
+# .gpu/base. Writes under $1, packs it into $1.tgz.
+set -u
+out=${1:?usage: call.sh OUT_DIR}
+source kernels/bench/device_call.sh
+call_begin "$out"
+call_ab_bundle .gpu/l51
+call_tests "$out" 200 \
+  --gtest_filter='AllDtypes/ForwardMatrix.*:ForwardBatchInvariance.*:ForwardOptions.*:ForwardSpecialRows.*:ForwardParamStaging.*'
+for run in 1 2; do
+  for build in base patched; do
+    lib=$patched_lib
+    [[ $build == base ]] && lib=$base_lib
+    name=forward_${build}_$run
+    LD_LIBRARY_PATH=$lib timeout 90 "$bin/kernels/bench/norm_bench" --forward-only \
+      --json "$out/$name.json" >"$out/$name.txt" 2>&1
+    echo "$name exit $?" | tee -a "$out/device.txt"
+  done
+done
+column() { awk '$1=="forward"{print $NF}' "$out/$1.txt"; }
+paste <(awk '$1=="forward"{print $2, $3, $5, $6, $7, $9}' "$out/forward_base_1.txt") \
+  <(column forward_base_1) <(column forward_patched_1) \
+  <(column forward_base_2) <(column forward_patched_2) | tee "$out/summary.txt"
+call_end "$out"
