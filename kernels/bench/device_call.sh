@@ -6,6 +6,7 @@
 #   call_use_bundle DIR                   # DIR's bundle instead of .gpu's
 #   call_ab_bundle DIR                    # DIR's bundle and .gpu/base's kernels library
 #   call_forward_ab OUT_DIR PREFIX SHAPE...  # norm_bench forward, base and patched, twice
+#   call_forward_table_ab OUT_DIR PREFIX     # the whole forward table, base and patched, twice
 #   call_tests OUT_DIR SECONDS [ARGS...]  # kernels_gpu_test ARGS -> kernels_gpu_test.log
 #   call_sanitizers OUT_DIR FILTER SECONDS  # memcheck and racecheck over FILTER
 #   call_segment_tables OUT_DIR BENCH RUN SECONDS  # BENCH's bf16 forward table, both policies
@@ -86,6 +87,28 @@ call_forward_ab() {
       done
     done
   done
+}
+
+# After call_ab_bundle: norm_bench --forward-only's whole table of base and
+# patched interleaved twice, named PREFIX_build_run; OUT_DIR/PREFIX_summary.txt
+# puts each shape's ratios to copy side by side (base, patched, base, patched).
+call_forward_table_ab() {
+  local out=$1 prefix=$2 build lib run name
+  for run in 1 2; do
+    for build in base patched; do
+      lib=$patched_lib
+      [[ $build == base ]] && lib=$base_lib
+      name=${prefix}_${build}_$run
+      LD_LIBRARY_PATH=$lib timeout 90 "$bin/kernels/bench/norm_bench" --forward-only \
+        --json "$out/$name.json" >"$out/$name.txt" 2>&1
+      echo "$name exit $?" | tee -a "$out/device.txt"
+    done
+  done
+  local ratio='$1=="forward"{print $NF}'
+  paste <(awk '$1=="forward"{print $2, $3, $5, $6, $7, $9}' "$out/${prefix}_base_1.txt") \
+    <(awk "$ratio" "$out/${prefix}_base_1.txt") <(awk "$ratio" "$out/${prefix}_patched_1.txt") \
+    <(awk "$ratio" "$out/${prefix}_base_2.txt") <(awk "$ratio" "$out/${prefix}_patched_2.txt") |
+    tee "$out/${prefix}_summary.txt"
 }
 
 call_tests() {

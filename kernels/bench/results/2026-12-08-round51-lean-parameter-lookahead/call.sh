@@ -15,18 +15,5 @@ call_begin "$out"
 call_ab_bundle .gpu/l51
 call_tests "$out" 200 \
   --gtest_filter='AllDtypes/ForwardMatrix.*:ForwardBatchInvariance.*:ForwardOptions.*:ForwardSpecialRows.*:ForwardParamStaging.*'
-for run in 1 2; do
-  for build in base patched; do
-    lib=$patched_lib
-    [[ $build == base ]] && lib=$base_lib
-    name=forward_${build}_$run
-    LD_LIBRARY_PATH=$lib timeout 90 "$bin/kernels/bench/norm_bench" --forward-only \
-      --json "$out/$name.json" >"$out/$name.txt" 2>&1
-    echo "$name exit $?" | tee -a "$out/device.txt"
-  done
-done
-column() { awk '$1=="forward"{print $NF}' "$out/$1.txt"; }
-paste <(awk '$1=="forward"{print $2, $3, $5, $6, $7, $9}' "$out/forward_base_1.txt") \
-  <(column forward_base_1) <(column forward_patched_1) \
-  <(column forward_base_2) <(column forward_patched_2) | tee "$out/summary.txt"
+call_forward_table_ab "$out" forward
 call_end "$out"
